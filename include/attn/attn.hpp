@@ -1,0 +1,11 @@
+// attn/attn.hpp: everything in attn that runs on the CPU without extra dependencies.
+// Does not include analysis/hull.hpp (needs Qhull, target attn::hull) nor cuda/ (nvcc only).
+#pragma once
+
+#include "autodiff/autodiff.hpp"
+#include "core/error.hpp"
+#include "core/gemm.hpp"
+#include "core/parallel.hpp"
+#include "core/rng.hpp"
+#include "core/shape.hpp"
+#include "core/tensor.hpp"

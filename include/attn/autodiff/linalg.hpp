@@ -1,0 +1,195 @@
+// attn/autodiff/linalg.hpp: matrix products and axis swaps with hand-written backward.
+// matmul runs Eigen's GEMM on fixed blocks (core/gemm.hpp), so results do not depend on the
+// thread count. Does not support general broadcasting of batch axes: both operands have the
+// same leading axes, or one of them is a plain matrix shared by every batch entry.
+#pragma once
+
+#include <algorithm>
+
+#include "../core/gemm.hpp"
+#include "expression.hpp"
+
+namespace attn {
+
+namespace detail {
+
+// How matmul sees its operands: op(A) [M, K] times op(B) [K, N], `batch` times, with each
+// operand either batched (stride = one matrix) or shared (stride 0).
+struct MatmulGeometry {
+  index_t batch = 1, m = 0, n = 0, k = 0;
+  index_t stride_a = 0, stride_b = 0;
+  bool ta = false, tb = false;
+  bool fold = false;  // A batched, B shared, A not transposed: one GEMM over [batch * M, K]
+};
+
+// C[b] (+)= op(A[b]) op(B[b]) for every batch entry; shared operands have stride 0. When C is
+// written per batch entry the entries run in parallel; when C is shared (stride_c == 0, the
+// gradient of a shared operand) they are summed in batch order.
+template <class T>
+void batched_gemm(const T* a, index_t stride_a, bool ta, const T* b, index_t stride_b, bool tb, T* c,
+                  index_t stride_c, index_t batch, index_t m, index_t n, index_t k, bool accumulate) {
+  if (batch == 1 || stride_c == 0) {
+    for (index_t i = 0; i < batch; ++i)
+      gemm(a + i * stride_a, ta, b + i * stride_b, tb, c + i * stride_c, m, n, k, accumulate || (stride_c == 0 && i > 0));
+    return;
+  }
+  parallel_for(batch, 2.0 * double(m) * double(n) * double(k), [&](index_t i) {
+    gemm_serial(a + i * stride_a, ta, b + i * stride_b, tb, c + i * stride_c, m, n, k, accumulate);
+  });
+}
+
+struct MatmulOp {
+  std::int32_t a, b;
+  MatmulGeometry g;
+
+  // C = op(A) op(B):  d op(A) = dC op(B)ᵀ,  d op(B) = op(A)ᵀ dC.
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    const T* dc = self.grad->data();
+    const T* av = tape.value(a).data();
+    const T* bv = tape.value(b).data();
+    const index_t sc = g.m * g.n;
+    if (g.fold) {
+      const index_t rows = g.batch * g.m;
+      if (tape.requires_grad(a)) gemm(dc, false, bv, !g.tb, tape.grad(a).data(), rows, g.k, g.n, true);
+      if (tape.requires_grad(b)) {
+        if (g.tb)  // B stored [N, K]: dB = dCᵀ A
+          gemm(dc, true, av, false, tape.grad(b).data(), g.n, g.k, rows, true);
+        else  // dB = Aᵀ dC
+          gemm(av, true, dc, false, tape.grad(b).data(), g.k, g.n, rows, true);
+      }
+      return;
+    }
+    if (tape.requires_grad(a)) {
+      T* da = tape.grad(a).data();
+      if (!g.ta)  // dA [M, K] = dC op(B)ᵀ
+        batched_gemm(dc, sc, false, bv, g.stride_b, !g.tb, da, g.stride_a, g.batch, g.m, g.k, g.n, true);
+      else  // A stored [K, M]: dA = op(B) dCᵀ
+        batched_gemm(bv, g.stride_b, g.tb, dc, sc, true, da, g.stride_a, g.batch, g.k, g.m, g.n, true);
+    }
+    if (tape.requires_grad(b)) {
+      T* db = tape.grad(b).data();
+      if (!g.tb)  // dB [K, N] = op(A)ᵀ dC
+        batched_gemm(av, g.stride_a, !g.ta, dc, sc, false, db, g.stride_b, g.batch, g.k, g.n, g.m, true);
+      else  // B stored [N, K]: dB = dCᵀ op(A)
+        batched_gemm(dc, sc, true, av, g.stride_a, g.ta, db, g.stride_b, g.batch, g.n, g.k, g.m, true);
+    }
+  }
+};
+
+}  // namespace detail
+
+// Matrix product op(A) op(B), where op transposes the last two axes when ta / tb is set.
+// Shapes: [M, K] x [K, N] -> [M, N]; [..., M, K] x [..., K, N] -> [..., M, N] (same leading
+// axes, rank 3 or 4); [..., M, K] x [K, N] and [M, K] x [..., K, N] share the matrix operand.
+template <Operand A, Operand B>
+auto matmul(const A& a_in, const B& b_in, bool ta = false, bool tb = false) {
+  const auto a = eval(a_in);
+  const auto b = eval(b_in);
+  using T = typename decltype(a)::value_type;
+  Tape<T>& tape = a.tape();
+  tape.check(a, "matmul");
+  tape.check(b, "matmul");
+  const Shape& sa = a.shape();
+  const Shape& sb = b.shape();
+  ATTN_CHECK(sa.rank() >= 2 && sb.rank() >= 2, shape_error, "matmul: operands need rank 2 to 4, got ", sa, " x ", sb);
+  detail::MatmulGeometry g;
+  g.ta = ta;
+  g.tb = tb;
+  g.m = ta ? sa.dim(-1) : sa.dim(-2);
+  g.k = ta ? sa.dim(-2) : sa.dim(-1);
+  const index_t kb = tb ? sb.dim(-1) : sb.dim(-2);
+  g.n = tb ? sb.dim(-2) : sb.dim(-1);
+  ATTN_CHECK(g.k == kb, shape_error, "matmul: inner dimensions differ: ", sa, (ta ? "ᵀ" : ""), " x ", sb,
+             (tb ? "ᵀ" : ""));
+  Shape out;
+  if (sa.rank() > 2 && sb.rank() > 2) {
+    ATTN_CHECK(sa.rank() == sb.rank() && std::equal(sa.dims().begin(), sa.dims().end() - 2, sb.dims().begin()),
+               shape_error, "matmul: batch axes differ: ", sa, " x ", sb);
+  }
+  const Shape& batched = sa.rank() >= sb.rank() ? sa : sb;
+  std::array<index_t, 4> dims{};
+  const int r = batched.rank();
+  for (int i = 0; i < r - 2; ++i) dims[static_cast<std::size_t>(i)] = batched[i];
+  dims[static_cast<std::size_t>(r - 2)] = g.m;
+  dims[static_cast<std::size_t>(r - 1)] = g.n;
+  out = Shape(std::span<const index_t>(dims.data(), static_cast<std::size_t>(r)));
+  g.batch = out.numel() / std::max<index_t>(g.m * g.n, 1);
+  if (out.numel() == 0) g.batch = 1;
+  g.stride_a = sa.rank() > 2 ? g.m * g.k : 0;
+  g.stride_b = sb.rank() > 2 ? g.k * g.n : 0;
+  g.fold = sa.rank() > 2 && sb.rank() == 2 && !ta;
+
+  auto [c, node] = tape.push(out, "matmul", a.requires_grad() || b.requires_grad());
+  T* cv = node.value->data();
+  if (g.fold)
+    gemm(a.value().data(), false, b.value().data(), tb, cv, g.batch * g.m, g.n, g.k);
+  else
+    detail::batched_gemm(a.value().data(), g.stride_a, ta, b.value().data(), g.stride_b, tb, cv, g.m * g.n, g.batch,
+                         g.m, g.n, g.k, false);
+  tape.set_backward(node, detail::MatmulOp{a.index(), b.index(), g});
+  return c;
+}
+
+namespace detail {
+
+// Copies src (shape `s`) into dst with axes a0 and a1 swapped; adds instead when accumulate.
+template <class T>
+void swap_axes(const T* src, const Shape& s, int a0, int a1, T* dst, bool accumulate) {
+  std::array<index_t, 4> dims{1, 1, 1, 1}, in_stride{0, 0, 0, 0};
+  const int r = s.rank();
+  // Pad to rank 4 on the left so one loop nest serves every rank.
+  for (int i = 0; i < r; ++i) {
+    dims[static_cast<std::size_t>(4 - r + i)] = s[i];
+    in_stride[static_cast<std::size_t>(4 - r + i)] = s.stride(i);
+  }
+  std::swap(dims[static_cast<std::size_t>(4 - r + a0)], dims[static_cast<std::size_t>(4 - r + a1)]);
+  std::swap(in_stride[static_cast<std::size_t>(4 - r + a0)], in_stride[static_cast<std::size_t>(4 - r + a1)]);
+  // dims are now the output's; walk the output in order and gather from the input.
+  const index_t outer = dims[0] * dims[1];
+  parallel_for(outer, double(dims[2] * dims[3]), [&](index_t o) {
+    const index_t i0 = o / dims[1], i1 = o % dims[1];
+    T* out = dst + o * dims[2] * dims[3];
+    const T* base = src + i0 * in_stride[0] + i1 * in_stride[1];
+    for (index_t i2 = 0; i2 < dims[2]; ++i2)
+      for (index_t i3 = 0; i3 < dims[3]; ++i3) {
+        const T v = base[i2 * in_stride[2] + i3 * in_stride[3]];
+        T& d = out[i2 * dims[3] + i3];
+        d = accumulate ? d + v : v;
+      }
+  });
+}
+
+struct TransposeOp {
+  std::int32_t x;
+  int a0, a1;
+
+  // y = swap(x) is a permutation of elements: dx = swap(dy).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    if (tape.requires_grad(x)) swap_axes(self.grad->data(), self.grad->shape(), a0, a1, tape.grad(x).data(), true);
+  }
+};
+
+}  // namespace detail
+
+// Swaps two axes (by default the last two), copying the elements.
+template <Operand X>
+auto transpose(const X& x_in, int axis0 = -2, int axis1 = -1) {
+  const auto x = eval(x_in);
+  using T = typename decltype(x)::value_type;
+  Tape<T>& tape = x.tape();
+  tape.check(x, "transpose");
+  const Shape& s = x.shape();
+  const int a0 = s.normalize_axis(axis0, "transpose"), a1 = s.normalize_axis(axis1, "transpose");
+  std::array<index_t, 4> dims{};
+  for (int i = 0; i < s.rank(); ++i) dims[static_cast<std::size_t>(i)] = s[i];
+  std::swap(dims[static_cast<std::size_t>(a0)], dims[static_cast<std::size_t>(a1)]);
+  const Shape out(std::span<const index_t>(dims.data(), static_cast<std::size_t>(s.rank())));
+  auto [y, node] = tape.push(out, "transpose", x.requires_grad());
+  detail::swap_axes(x.value().data(), s, a0, a1, node.value->data(), false);
+  tape.set_backward(node, detail::TransposeOp{x.index(), a0, a1});
+  return y;
+}
+
+}  // namespace attn

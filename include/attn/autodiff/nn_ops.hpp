@@ -1,0 +1,374 @@
+// attn/autodiff/nn_ops.hpp: the neural-network primitives with hand-written backward: softmax,
+// log_softmax, layer_norm, embedding, cross_entropy, dropout. All work along the last axis.
+// Does not hold parameters; nn/ modules own them and call these.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "reduce.hpp"
+
+namespace attn {
+
+namespace detail {
+
+// Rows of a tensor seen as [R, D] with D the last axis.
+template <class T>
+index_t row_count(const Tensor<T>& t) {
+  return t.numel() / std::max<index_t>(t.shape().last(), 1);
+}
+
+struct SoftmaxOp {
+  std::int32_t x;
+
+  // y = softmax(x) per row: dx_j = y_j (dy_j − Σ_k dy_k y_k).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    if (!tape.requires_grad(x)) return;
+    const index_t D = self.value->shape().last(), R = row_count(*self.value);
+    const T* y = self.value->data();
+    const T* gy = self.grad->data();
+    T* gx = tape.grad(x).data();
+    parallel_for(R, double(D) * 4, [&](index_t r) {
+      const T* yr = y + r * D;
+      const T* gr = gy + r * D;
+      T dot = 0;
+      for (index_t j = 0; j < D; ++j) dot += gr[j] * yr[j];
+      for (index_t j = 0; j < D; ++j) gx[r * D + j] += yr[j] * (gr[j] - dot);
+    });
+  }
+};
+
+struct LogSoftmaxOp {
+  std::int32_t x;
+
+  // y = x − logΣexp(x) per row: dx_j = dy_j − softmax_j Σ_k dy_k, with softmax_j = exp(y_j).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    if (!tape.requires_grad(x)) return;
+    const index_t D = self.value->shape().last(), R = row_count(*self.value);
+    const T* y = self.value->data();
+    const T* gy = self.grad->data();
+    T* gx = tape.grad(x).data();
+    parallel_for(R, double(D) * 8, [&](index_t r) {
+      const T* yr = y + r * D;
+      const T* gr = gy + r * D;
+      if (!std::isfinite(static_cast<double>(yr[0])) && yr[0] < 0 && std::all_of(yr, yr + D, [](T v) { return v == -std::numeric_limits<T>::infinity(); }))
+        return;  // a row with no finite input has no gradient
+      T total = 0;
+      for (index_t j = 0; j < D; ++j) total += gr[j];
+      for (index_t j = 0; j < D; ++j) gx[r * D + j] += gr[j] - std::exp(yr[j]) * total;
+    });
+  }
+};
+
+// Row maximum, and log Σ exp(x − max): the two halves of a stable log-sum-exp. Subtracting the
+// max keeps every exp in (0, 1], so logits of ±1e4 neither overflow nor underflow to 0/0.
+template <class T>
+std::pair<T, T> max_and_log_sum_exp(const T* row, index_t D) {
+  T m = -std::numeric_limits<T>::infinity();
+  for (index_t j = 0; j < D; ++j) m = std::max(m, row[j]);
+  if (m == -std::numeric_limits<T>::infinity()) return {m, T{0}};
+  T s = 0;
+  for (index_t j = 0; j < D; ++j) s += std::exp(row[j] - m);
+  return {m, std::log(s)};
+}
+
+struct LayerNormOp {
+  std::int32_t x, gamma, beta;
+  // self.saved[0] holds [R, 2]: each row's mean and 1/σ.
+
+  // x̂ = (x − μ)/σ, y = γ x̂ + β. With dx̂ = dy γ:
+  //   dγ = Σ_rows dy x̂,  dβ = Σ_rows dy,  dx = (1/σ)(dx̂ − mean(dx̂) − x̂ mean(dx̂ x̂)).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    const Tensor<T>& xv = tape.value(x);
+    const index_t D = xv.shape().last(), R = row_count(xv);
+    const T* stats = self.saved[0].data();
+    const T* gy = self.grad->data();
+    const T* g = tape.value(gamma).data();
+    const T* xd = xv.data();
+    if (tape.requires_grad(x)) {
+      T* gx = tape.grad(x).data();
+      parallel_for(R, double(D) * 10, [&](index_t r) {
+        const T mu = stats[2 * r], rstd = stats[2 * r + 1];
+        T m1 = 0, m2 = 0;
+        for (index_t j = 0; j < D; ++j) {
+          const T xh = (xd[r * D + j] - mu) * rstd;
+          const T dxh = gy[r * D + j] * g[j];
+          m1 += dxh;
+          m2 += dxh * xh;
+        }
+        m1 /= T(D);
+        m2 /= T(D);
+        for (index_t j = 0; j < D; ++j) {
+          const T xh = (xd[r * D + j] - mu) * rstd;
+          gx[r * D + j] += rstd * (gy[r * D + j] * g[j] - m1 - xh * m2);
+        }
+      });
+    }
+    const bool need_g = tape.requires_grad(gamma), need_b = tape.requires_grad(beta);
+    if (!need_g && !need_b) return;
+    T* gg = need_g ? tape.grad(gamma).data() : nullptr;
+    T* gb = need_b ? tape.grad(beta).data() : nullptr;
+    // Column blocks: each column's sum over rows runs on one thread, in row order.
+    constexpr index_t cb = 64;
+    parallel_for(block_count(D, cb), double(R * cb) * 4, [&](index_t blk) {
+      const index_t c0 = blk * cb, c1 = std::min(D, c0 + cb);
+      for (index_t r = 0; r < R; ++r) {
+        const T mu = stats[2 * r], rstd = stats[2 * r + 1];
+        for (index_t j = c0; j < c1; ++j) {
+          const T dy = gy[r * D + j];
+          if (gg) gg[j] += dy * (xd[r * D + j] - mu) * rstd;
+          if (gb) gb[j] += dy;
+        }
+      }
+    });
+  }
+};
+
+struct EmbeddingOp {
+  std::int32_t table;
+  // self.saved_index holds the token ids.
+
+  // y[n] = W[id_n]: dW[id_n] += dy[n], summed over positions in order (ids repeat).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    if (!tape.requires_grad(table)) return;
+    Tensor<T>& gw = tape.grad(table);
+    const index_t D = gw.shape().last();
+    const T* gy = self.grad->data();
+    // Split the columns, not the positions, so repeated ids never race.
+    constexpr index_t cb = 64;
+    const auto n = static_cast<index_t>(self.saved_index.size());
+    parallel_for(block_count(D, cb), double(n * cb), [&](index_t blk) {
+      const index_t c0 = blk * cb, c1 = std::min(D, c0 + cb);
+      for (index_t p = 0; p < n; ++p) {
+        T* row = gw.data() + self.saved_index[static_cast<std::size_t>(p)] * D;
+        for (index_t j = c0; j < c1; ++j) row[j] += gy[p * D + j];
+      }
+    });
+  }
+};
+
+struct CrossEntropyOp {
+  std::int32_t logits;
+  std::int32_t ignore_index;
+  index_t count;  // targets not ignored
+  // self.saved[0] holds each row's log Σ exp (max included); self.saved_index the targets.
+
+  // loss = (1/n) Σ_r (logΣexp(x_r) − x_r[t_r]):  dx_r = (dloss/n)(softmax(x_r) − onehot(t_r)).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    if (!tape.requires_grad(logits) || count == 0) return;
+    const Tensor<T>& xv = tape.value(logits);
+    const index_t V = xv.shape().last(), R = row_count(xv);
+    const T scale = (*self.grad)[0] / T(count);
+    const T* lse = self.saved[0].data();
+    T* gx = tape.grad(logits).data();
+    parallel_for(R, double(V) * 8, [&](index_t r) {
+      const std::int32_t t = self.saved_index[static_cast<std::size_t>(r)];
+      if (t == ignore_index) return;
+      const T* xr = xv.data() + r * V;
+      T* gr = gx + r * V;
+      for (index_t j = 0; j < V; ++j) gr[j] += scale * std::exp(xr[j] - lse[r]);
+      gr[t] -= scale;
+    });
+  }
+};
+
+struct DropoutOp {
+  std::int32_t x;
+  double p;
+  std::uint64_t seed;
+
+  // y = x m / (1 − p), m_i ~ Bernoulli(1 − p) from (seed, i): dx = dy m / (1 − p), with the
+  // mask recomputed from the seed instead of stored.
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    if (!tape.requires_grad(x)) return;
+    T* gx = tape.grad(x).data();
+    const T* gy = self.grad->data();
+    const T keep = T(1.0 / (1.0 - p));
+    parallel_for(self.grad->numel(), 4.0, [&](index_t i) {
+      if (hash_uniform(seed, static_cast<std::uint64_t>(i)) >= p) gx[i] += gy[i] * keep;
+    });
+  }
+};
+
+}  // namespace detail
+
+// softmax along the last axis, stable (the row max is subtracted). A row whose entries are all
+// −∞ (everything masked) gives zeros, not NaN.
+template <Operand X>
+auto softmax(const X& x_in) {
+  const auto x = eval(x_in);
+  using T = typename decltype(x)::value_type;
+  Tape<T>& tape = x.tape();
+  tape.check(x, "softmax");
+  ATTN_CHECK(x.shape().rank() >= 1, shape_error, "softmax: needs rank >= 1, got shape ", x.shape());
+  auto [y, node] = tape.push(x.shape(), "softmax", x.requires_grad());
+  const index_t D = x.shape().last(), R = detail::row_count(x.value());
+  const T* xv = x.value().data();
+  T* yv = node.value->data();
+  parallel_for(R, double(D) * 8, [&](index_t r) {
+    const auto [m, lse] = detail::max_and_log_sum_exp(xv + r * D, D);
+    const bool empty = m == -std::numeric_limits<T>::infinity();
+    for (index_t j = 0; j < D; ++j) yv[r * D + j] = empty ? T{0} : std::exp(xv[r * D + j] - m - lse);
+  });
+  tape.set_backward(node, detail::SoftmaxOp{x.index()});
+  return y;
+}
+
+// log softmax along the last axis: x − max − log Σ exp(x − max). A row of all −∞ stays −∞ and
+// passes no gradient.
+template <Operand X>
+auto log_softmax(const X& x_in) {
+  const auto x = eval(x_in);
+  using T = typename decltype(x)::value_type;
+  Tape<T>& tape = x.tape();
+  tape.check(x, "log_softmax");
+  ATTN_CHECK(x.shape().rank() >= 1, shape_error, "log_softmax: needs rank >= 1, got shape ", x.shape());
+  auto [y, node] = tape.push(x.shape(), "log_softmax", x.requires_grad());
+  const index_t D = x.shape().last(), R = detail::row_count(x.value());
+  const T* xv = x.value().data();
+  T* yv = node.value->data();
+  parallel_for(R, double(D) * 8, [&](index_t r) {
+    const auto [m, lse] = detail::max_and_log_sum_exp(xv + r * D, D);
+    for (index_t j = 0; j < D; ++j) yv[r * D + j] = xv[r * D + j] - m - lse;
+  });
+  tape.set_backward(node, detail::LogSoftmaxOp{x.index()});
+  return y;
+}
+
+// Layer normalisation over the last axis (Ba, Kiros & Hinton 2016):
+// y = γ (x − μ) / √(σ² + eps) + β, with μ, σ² the row's mean and biased variance.
+template <Operand X, Operand G, Operand B>
+auto layer_norm(const X& x_in, const G& gamma_in, const B& beta_in, double eps = 1e-5) {
+  const auto x = eval(x_in);
+  const auto gamma = eval(gamma_in);
+  const auto beta = eval(beta_in);
+  using T = typename decltype(x)::value_type;
+  Tape<T>& tape = x.tape();
+  tape.check(x, "layer_norm");
+  tape.check(gamma, "layer_norm");
+  tape.check(beta, "layer_norm");
+  const index_t D = x.shape().last();
+  ATTN_CHECK(gamma.numel() == D && beta.numel() == D, shape_error, "layer_norm: gamma ", gamma.shape(), " and beta ",
+             beta.shape(), " must have the last dimension of x ", x.shape());
+  ATTN_CHECK(eps >= 0, value_error, "layer_norm: eps must be >= 0, got ", eps);
+  auto [y, node] = tape.push(x.shape(), "layer_norm",
+                             x.requires_grad() || gamma.requires_grad() || beta.requires_grad());
+  const index_t R = detail::row_count(x.value());
+  node.saved.resize(1);
+  node.saved[0].resize(Shape{R, 2});
+  T* stats = node.saved[0].data();
+  const T* xv = x.value().data();
+  const T* g = gamma.value().data();
+  const T* b = beta.value().data();
+  T* yv = node.value->data();
+  parallel_for(R, double(D) * 6, [&](index_t r) {
+    const T* xr = xv + r * D;
+    double mu = 0, var = 0;
+    for (index_t j = 0; j < D; ++j) mu += xr[j];
+    mu /= double(D);
+    for (index_t j = 0; j < D; ++j) var += (xr[j] - mu) * (xr[j] - mu);  // two passes: no cancellation
+    var /= double(D);
+    const T rstd = T(1.0 / std::sqrt(var + eps));
+    stats[2 * r] = T(mu);
+    stats[2 * r + 1] = rstd;
+    for (index_t j = 0; j < D; ++j) yv[r * D + j] = g[j] * (xr[j] - T(mu)) * rstd + b[j];
+  });
+  tape.set_backward(node, detail::LayerNormOp{x.index(), gamma.index(), beta.index()});
+  return y;
+}
+
+// Rows of `table` [V, D] picked by integer ids of any shape (rank <= 3): result ids.shape + [D].
+template <class T>
+Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
+  Tape<T>& tape = table.tape();
+  tape.check(table, "embedding");
+  ATTN_CHECK(table.shape().rank() == 2, shape_error, "embedding: the table must be [V, D], got ", table.shape());
+  ATTN_CHECK(ids.rank() <= 3, shape_error, "embedding: ids must have rank <= 3, got ", ids.shape());
+  const index_t V = table.shape()[0], D = table.shape()[1];
+  for (index_t i = 0; i < ids.numel(); ++i)
+    ATTN_CHECK(ids[i] >= 0 && ids[i] < V, value_error, "embedding: id ", ids[i], " at position ", i,
+               " is outside the table's ", V, " rows");
+  std::array<index_t, 4> dims{};
+  for (int i = 0; i < ids.rank(); ++i) dims[static_cast<std::size_t>(i)] = ids.shape()[i];
+  dims[static_cast<std::size_t>(ids.rank())] = D;
+  const Shape out(std::span<const index_t>(dims.data(), static_cast<std::size_t>(ids.rank() + 1)));
+  auto [y, node] = tape.push(out, "embedding", table.requires_grad());
+  const T* w = table.value().data();
+  T* yv = node.value->data();
+  parallel_for(ids.numel(), double(D), [&](index_t p) { std::copy_n(w + ids[p] * D, D, yv + p * D); });
+  if (node.requires_grad) node.saved_index.assign(ids.begin(), ids.end());
+  tape.set_backward(node, detail::EmbeddingOp{table.index()});
+  return y;
+}
+
+// Mean negative log-likelihood of integer targets under softmax(logits) along the last axis.
+// logits [..., V]; targets have the logits' shape without the last axis. Targets equal to
+// ignore_index are left out of the mean; if every target is ignored the loss is 0 (not NaN).
+template <Operand X>
+auto cross_entropy(const X& logits_in, const Tensor<std::int32_t>& targets, std::int32_t ignore_index = -100) {
+  const auto logits = eval(logits_in);
+  using T = typename decltype(logits)::value_type;
+  Tape<T>& tape = logits.tape();
+  tape.check(logits, "cross_entropy");
+  const Shape& s = logits.shape();
+  ATTN_CHECK(s.rank() >= 1 && targets.numel() * s.last() == s.numel() && targets.rank() == s.rank() - 1, shape_error,
+             "cross_entropy: targets ", targets.shape(), " do not match logits ", s, " without the last axis");
+  const index_t V = s.last(), R = targets.numel();
+  index_t count = 0;
+  for (index_t i = 0; i < R; ++i) {
+    const std::int32_t t = targets[i];
+    if (t == ignore_index) continue;
+    ATTN_CHECK(t >= 0 && t < V, value_error, "cross_entropy: target ", t, " at position ", i,
+               " is outside the vocabulary of ", V, " classes");
+    ++count;
+  }
+  auto [loss, node] = tape.push(Shape{}, "cross_entropy", logits.requires_grad());
+  node.saved.resize(1);
+  node.saved[0].resize(Shape{R});
+  T* lse = node.saved[0].data();
+  const T* xv = logits.value().data();
+  parallel_for(R, double(V) * 4, [&](index_t r) {
+    const auto [m, l] = detail::max_and_log_sum_exp(xv + r * V, V);
+    lse[r] = m + l;
+  });
+  double total = 0;  // summed in row order, in double
+  for (index_t r = 0; r < R; ++r)
+    if (targets[r] != ignore_index) total += double(lse[r]) - double(xv[r * V + targets[r]]);
+  (*node.value)[0] = count ? T(total / double(count)) : T{0};
+  if (node.requires_grad) node.saved_index.assign(targets.begin(), targets.end());
+  tape.set_backward(node, detail::CrossEntropyOp{logits.index(), ignore_index, count});
+  return loss;
+}
+
+// Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1 − p).
+// The mask comes from one draw of `rng` hashed with the element index, so it is the same for
+// every thread count. With training = false (or p = 0) it is the identity.
+template <Operand X>
+auto dropout(const X& x_in, double p, Rng& rng, bool training = true) {
+  const auto x = eval(x_in);
+  using T = typename decltype(x)::value_type;
+  ATTN_CHECK(p >= 0.0 && p <= 1.0, value_error, "dropout: p must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  Tape<T>& tape = x.tape();
+  tape.check(x, "dropout");
+  const std::uint64_t seed = rng.split();
+  auto [y, node] = tape.push(x.shape(), "dropout", x.requires_grad());
+  const T keep = p < 1.0 ? T(1.0 / (1.0 - p)) : T{0};
+  const T* xv = x.value().data();
+  T* yv = node.value->data();
+  parallel_for(x.numel(), 4.0, [&](index_t i) {
+    yv[i] = hash_uniform(seed, static_cast<std::uint64_t>(i)) >= p ? xv[i] * keep : T{0};
+  });
+  tape.set_backward(node, detail::DropoutOp{x.index(), p, seed});
+  return y;
+}
+
+}  // namespace attn

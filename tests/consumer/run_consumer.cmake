@@ -1,0 +1,74 @@
+# cmake -P script: build and run a downstream project against attn.
+#   -DMODE=find_package      install attn from ATTN_BINARY_DIR into a temp prefix,
+#                            then build tests/consumer with CMAKE_PREFIX_PATH=<prefix>
+#   -DMODE=add_subdirectory  build tests/consumer/subdir, which add_subdirectory()s
+#                            ATTN_SOURCE_DIR
+# Other inputs: ATTN_SOURCE_DIR, ATTN_BINARY_DIR, WORK_DIR, CXX_COMPILER, GENERATOR,
+# MAKE_PROGRAM, BUILD_TYPE, PREFIX_PATH ('|'-separated). Fails on any non-zero exit.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(var MODE ATTN_SOURCE_DIR WORK_DIR CXX_COMPILER GENERATOR)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "run_consumer.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+# run(<step> <command>...): run a command, fail with its output if it fails.
+function(run step)
+  list(JOIN ARGN " " cmd)
+  message(STATUS "[consumer ${MODE}] ${step}: ${cmd}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[consumer ${MODE}] ${step} failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+set(build_dir "${WORK_DIR}/build")
+string(REPLACE "|" ";" prefix_path "${PREFIX_PATH}")
+set(configure_args -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+if(MAKE_PROGRAM)
+  list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+if(BUILD_TYPE)
+  list(APPEND configure_args "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}")
+  set(config_args --config "${BUILD_TYPE}")
+endif()
+
+# CMAKE_PREFIX_PATH goes through an initial-cache file (-C) so that a list with
+# ';' needs no escaping on a command line.
+set(init_cache "${WORK_DIR}/init.cmake")
+list(APPEND configure_args -C "${init_cache}")
+macro(write_init_cache)
+  file(WRITE "${init_cache}" "set(CMAKE_PREFIX_PATH [==[${prefix_path}]==] CACHE STRING \"\")\n")
+endmacro()
+
+if(MODE STREQUAL "find_package")
+  if(NOT ATTN_BINARY_DIR)
+    message(FATAL_ERROR "run_consumer.cmake: -DATTN_BINARY_DIR=... is required")
+  endif()
+  set(prefix "${WORK_DIR}/prefix")
+  run("install" "${CMAKE_COMMAND}" --install "${ATTN_BINARY_DIR}" --prefix "${prefix}" ${config_args})
+  list(PREPEND prefix_path "${prefix}")
+  write_init_cache()
+  run("configure" "${CMAKE_COMMAND}" -S "${ATTN_SOURCE_DIR}/tests/consumer" -B "${build_dir}"
+      ${configure_args} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+elseif(MODE STREQUAL "add_subdirectory")
+  write_init_cache()
+  run("configure" "${CMAKE_COMMAND}" -S "${ATTN_SOURCE_DIR}/tests/consumer/subdir" -B "${build_dir}"
+      ${configure_args} "-DATTN_SOURCE_DIR=${ATTN_SOURCE_DIR}")
+else()
+  message(FATAL_ERROR "run_consumer.cmake: unknown MODE '${MODE}'")
+endif()
+
+run("build" "${CMAKE_COMMAND}" --build "${build_dir}" ${config_args})
+
+# Single-config generators put the binary in the build dir, multi-config in <config>/.
+set(exe "${build_dir}/consumer${CMAKE_EXECUTABLE_SUFFIX}")
+if(NOT EXISTS "${exe}" AND BUILD_TYPE)
+  set(exe "${build_dir}/${BUILD_TYPE}/consumer${CMAKE_EXECUTABLE_SUFFIX}")
+endif()
+run("run" "${exe}")
