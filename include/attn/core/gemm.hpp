@@ -70,7 +70,7 @@ void gemm(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, index_t n, 
   // The team is opened even when there are fewer blocks than threads: inside a team of more
   // than one thread Eigen never starts threads of its own, which would change the rounding.
   // Below the threshold the product is too small for Eigen to split it either.
-  [[maybe_unused]] const bool parallel = 2.0 * double(m) * double(n) * double(k) >= 32768.0;
+  [[maybe_unused]] const bool parallel = 2.0 * double(m) * double(n) * double(k) >= 131072.0;
 #ifdef _OPENMP
 #pragma omp parallel if (parallel)
   {

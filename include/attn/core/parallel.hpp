@@ -36,7 +36,7 @@ inline void set_num_threads(int n) {
 // (n * cost_per_item, in rough flops) is worth waking threads for. Items must be independent.
 template <class F>
 void parallel_for(index_t n, double cost_per_item, F&& f) {
-  [[maybe_unused]] const bool parallel = n > 1 && static_cast<double>(n) * cost_per_item >= 32768.0;
+  [[maybe_unused]] const bool parallel = n > 1 && static_cast<double>(n) * cost_per_item >= 131072.0;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (parallel)
 #endif
