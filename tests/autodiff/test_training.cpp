@@ -41,7 +41,7 @@ TEST_CASE("an MLP learns two interleaved spirals to 100% accuracy") {
     return attn::matmul(h2, tape.param(w3)) + tape.param(b3);
   };
   double loss = 0;
-  for (int step = 1; step <= 1500; ++step) {
+  for (int step = 1; step <= 600; ++step) {
     tape.clear();
     auto l = attn::cross_entropy(forward(), y);
     tape.backward(l);
@@ -51,7 +51,7 @@ TEST_CASE("an MLP learns two interleaved spirals to 100% accuracy") {
       m[k].array() = 0.9 * m[k].array() + 0.1 * p.grad.array();
       v[k].array() = 0.999 * v[k].array() + 0.001 * p.grad.array().square();
       const double c1 = 1 - std::pow(0.9, step), c2 = 1 - std::pow(0.999, step);
-      p.value.array() -= 0.01 * (m[k].array() / c1) / ((v[k].array() / c2).sqrt() + 1e-8);
+      p.value.array() -= 0.03 * (m[k].array() / c1) / ((v[k].array() / c2).sqrt() + 1e-8);
       p.zero_grad();
     }
   }
