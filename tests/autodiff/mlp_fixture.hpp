@@ -18,7 +18,8 @@ struct Mlp {
         b2(Tensor<float>::zeros({4})) {}
 
   // One SGD step on (x, y); returns the loss.
-  float step(attn::Tape<float>& tape, const Tensor<float>& x, const Tensor<std::int32_t>& y, attn::Rng& rng) {
+  float step(attn::Tape<float>& tape, const Tensor<float>& x, const Tensor<std::int32_t>& y,
+             attn::Rng& rng) {
     tape.clear();
     auto in = tape.leaf(x);
     auto h = attn::dropout(attn::gelu(attn::matmul(in, tape.param(w1)) + tape.param(b1)), 0.1, rng);

@@ -29,7 +29,8 @@ TEST_CASE("an elementwise chain of four or more operations records exactly one t
   auto w = tape.leaf(Tensor<float>::randn({8, 16}, rng), true);
   auto b = tape.leaf(Tensor<float>::randn({16}, rng), true);
   const std::size_t before = tape.size();
-  attn::Var<float> y = 0.5f * x * (1.0f + attn::tanh(0.79788456f * (x * w + b + 0.044715f * x * x * x)));
+  attn::Var<float> y =
+      0.5f * x * (1.0f + attn::tanh(0.79788456f * (x * w + b + 0.044715f * x * x * x)));
   CHECK(tape.size() == before + 1);
   const std::size_t before2 = tape.size();
   attn::Var<float> z = attn::gelu(x * w + b);
@@ -39,9 +40,11 @@ TEST_CASE("an elementwise chain of four or more operations records exactly one t
     for (attn::index_t c = 0; c < 16; ++c) {
       const float xv = x.value()(r, c), wv = w.value()(r, c), bv = b.value()(c);
       const float u = xv * wv + bv;
-      const float expected = 0.5f * xv * (1.0f + std::tanh(0.79788456f * (u + 0.044715f * xv * xv * xv)));
+      const float expected =
+          0.5f * xv * (1.0f + std::tanh(0.79788456f * (u + 0.044715f * xv * xv * xv)));
       CHECK(y.value()(r, c) == doctest::Approx(expected).epsilon(1e-5));
-      CHECK(z.value()(r, c) == doctest::Approx(0.5f * u * (1.0f + std::erf(u / std::sqrt(2.0f)))).epsilon(1e-5));
+      CHECK(z.value()(r, c) ==
+            doctest::Approx(0.5f * u * (1.0f + std::erf(u / std::sqrt(2.0f)))).epsilon(1e-5));
     }
   // Backward through the one node reaches every leaf.
   tape.backward(attn::sum(y));
@@ -96,7 +99,8 @@ TEST_CASE("a constant-only side and numbers on either side of an operator") {
 
 TEST_CASE("elementwise results do not depend on the thread count") {
   attn::Rng rng(3);
-  const Tensor<float> xv = Tensor<float>::randn({300, 257}, rng), bv = Tensor<float>::randn({257}, rng);
+  const Tensor<float> xv = Tensor<float>::randn({300, 257}, rng),
+                      bv = Tensor<float>::randn({257}, rng);
   auto run = [&](int threads) {
     attn::set_num_threads(threads);
     attn::Tape<float> tape;

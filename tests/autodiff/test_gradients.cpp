@@ -18,9 +18,16 @@ attn::Rng& rng() {
   return r;
 }
 
-Tensor<double> randn(const Shape& s) { return Tensor<double>::randn(s, rng()); }
-Tensor<double> uniform(const Shape& s, double lo, double hi) { return Tensor<double>::uniform(s, rng(), lo, hi); }
-attn::index_t dim(int lo = 1, int hi = 6) { return lo + static_cast<attn::index_t>(rng().uniform_int(static_cast<std::uint64_t>(hi - lo + 1))); }
+Tensor<double> randn(const Shape& s) {
+  return Tensor<double>::randn(s, rng());
+}
+Tensor<double> uniform(const Shape& s, double lo, double hi) {
+  return Tensor<double>::uniform(s, rng(), lo, hi);
+}
+attn::index_t dim(int lo = 1, int hi = 6) {
+  return lo +
+         static_cast<attn::index_t>(rng().uniform_int(static_cast<std::uint64_t>(hi - lo + 1)));
+}
 
 // Σ y ⊙ R for a fixed random R of y's shape, drawn once per check.
 struct Projector {
@@ -33,8 +40,8 @@ struct Projector {
   }
 };
 
-void check(const std::function<attn::Var<double>(const Vars&)>& op, const std::vector<Tensor<double>>& inputs,
-           double tol = 1e-6) {
+void check(const std::function<attn::Var<double>(const Vars&)>& op,
+           const std::vector<Tensor<double>>& inputs, double tol = 1e-6) {
   Projector project;
   auto f = [&](const Vars& v) {
     project.next = 0;
@@ -53,8 +60,10 @@ TEST_CASE("gradients: elementwise binary operations") {
     check([](const Vars& v) { return attn::eval(v[0] - v[1]); }, {randn(s), randn(s)});
     check([](const Vars& v) { return attn::eval(v[0] * v[1]); }, {randn(s), randn(s)});
     check([](const Vars& v) { return attn::eval(v[0] / v[1]); }, {randn(s), uniform(s, 0.5, 2.0)});
-    check([](const Vars& v) { return attn::eval(attn::pow(v[0], v[1])); }, {uniform(s, 0.5, 2.0), randn(s)});
-    check([](const Vars& v) { return attn::eval(2.5 * v[0] - v[1] / 3.0 + 1.0); }, {randn(s), randn(s)});
+    check([](const Vars& v) { return attn::eval(attn::pow(v[0], v[1])); },
+          {uniform(s, 0.5, 2.0), randn(s)});
+    check([](const Vars& v) { return attn::eval(2.5 * v[0] - v[1] / 3.0 + 1.0); },
+          {randn(s), randn(s)});
     check([](const Vars& v) { return attn::eval(1.0 / v[0] - 2.0); }, {uniform(s, 0.5, 2.0)});
   }
 }
@@ -84,9 +93,12 @@ TEST_CASE("gradients: broadcasting a bias row, a [1, D] row and a one-element te
     const attn::index_t n = dim(), d = dim(1, 80);  // d > 64 crosses a column block
     check([](const Vars& v) { return attn::eval(v[0] + v[1]); }, {randn({n, d}), randn({d})});
     check([](const Vars& v) { return attn::eval(v[1] * v[0]); }, {randn({n, d}), randn({1, d})});
-    check([](const Vars& v) { return attn::eval(v[0] * v[1] - v[1]); }, {randn({dim(), n, d}), randn({d})});
-    check([](const Vars& v) { return attn::eval(v[0] * v[1] + v[2]); }, {randn({n, d}), randn({1}), randn({d})});
-    check([](const Vars& v) { return attn::eval(v[1] / v[0]); }, {uniform({n, d}, 0.5, 2), randn({})});
+    check([](const Vars& v) { return attn::eval(v[0] * v[1] - v[1]); },
+          {randn({dim(), n, d}), randn({d})});
+    check([](const Vars& v) { return attn::eval(v[0] * v[1] + v[2]); },
+          {randn({n, d}), randn({1}), randn({d})});
+    check([](const Vars& v) { return attn::eval(v[1] / v[0]); },
+          {uniform({n, d}, 0.5, 2), randn({})});
   }
 }
 
@@ -100,9 +112,13 @@ TEST_CASE("gradients: fused chains, including a variable used twice") {
         return attn::eval(0.5 * x * (1.0 + attn::tanh(0.7978845608 * (x + 0.044715 * x * x * x))));
       },
       {randn(s)});
-  check([](const Vars& v) { return attn::eval(attn::gelu(v[0] * v[1] + v[2])); }, {randn(s), randn(s), randn(row)});
-  check([](const Vars& v) { return attn::eval(attn::sigmoid(v[0]) * attn::tanh(v[0] - v[1]) / (1.0 + v[0] * v[0])); },
-        {randn(s), randn(row)});
+  check([](const Vars& v) { return attn::eval(attn::gelu(v[0] * v[1] + v[2])); },
+        {randn(s), randn(s), randn(row)});
+  check(
+      [](const Vars& v) {
+        return attn::eval(attn::sigmoid(v[0]) * attn::tanh(v[0] - v[1]) / (1.0 + v[0] * v[0]));
+      },
+      {randn(s), randn(row)});
 }
 
 TEST_CASE("gradients: matmul in 2-D, with every transpose") {
@@ -111,7 +127,8 @@ TEST_CASE("gradients: matmul in 2-D, with every transpose") {
       const attn::index_t m = dim(), n = dim(), k = dim();
       const Shape sa = ta ? Shape{k, m} : Shape{m, k};
       const Shape sb = tb ? Shape{n, k} : Shape{k, n};
-      check([=](const Vars& v) { return attn::matmul(v[0], v[1], ta, tb); }, {randn(sa), randn(sb)});
+      check([=](const Vars& v) { return attn::matmul(v[0], v[1], ta, tb); },
+            {randn(sa), randn(sb)});
     }
 }
 
@@ -143,9 +160,21 @@ TEST_CASE("gradients: transpose, reshape, slice, concat") {
   check([=](const Vars& v) { return attn::slice(v[0], 1, c); }, {randn({a, b, c + 1})});
   check([=](const Vars& v) { return attn::slice(v[0], 0, 1, 0); }, {randn({a + 1, b})});
   check([=](const Vars& v) { return attn::slice(v[0], 1, b + 1, 1); }, {randn({a, b + 2, c})});
-  check([](const Vars& v) { return attn::concat({v[0], v[1], v[2]}); }, {randn({a, b}), randn({a, c}), randn({a, 1})});
-  check([](const Vars& v) { return attn::concat({v[0], v[1]}, 0); }, {randn({a, b, c}), randn({d, b, c})});
-  check([](const Vars& v) { return attn::concat({v[0], v[1]}, 1); }, {randn({a, b, c}), randn({a, d, c})});
+  check(
+      [](const Vars& v) {
+        return attn::concat({v[0], v[1], v[2]});
+      },
+      {randn({a, b}), randn({a, c}), randn({a, 1})});
+  check(
+      [](const Vars& v) {
+        return attn::concat({v[0], v[1]}, 0);
+      },
+      {randn({a, b, c}), randn({d, b, c})});
+  check(
+      [](const Vars& v) {
+        return attn::concat({v[0], v[1]}, 1);
+      },
+      {randn({a, b, c}), randn({a, d, c})});
 }
 
 TEST_CASE("gradients: sum and mean, over everything and along an axis") {
@@ -168,16 +197,17 @@ TEST_CASE("gradients: softmax and log_softmax along the last axis") {
 
 TEST_CASE("gradients: layer_norm with respect to x, gamma and beta") {
   const attn::index_t d = dim(2, 80);
-  check([](const Vars& v) { return attn::layer_norm(v[0], v[1], v[2]); }, {randn({dim(), dim(), d}), randn({d}), randn({d})},
-        1e-5);
-  check([](const Vars& v) { return attn::layer_norm(v[0], v[1], v[2], 0.1); }, {randn({dim(), d}), randn({d}), randn({d})},
-        1e-5);
+  check([](const Vars& v) { return attn::layer_norm(v[0], v[1], v[2]); },
+        {randn({dim(), dim(), d}), randn({d}), randn({d})}, 1e-5);
+  check([](const Vars& v) { return attn::layer_norm(v[0], v[1], v[2], 0.1); },
+        {randn({dim(), d}), randn({d}), randn({d})}, 1e-5);
 }
 
 TEST_CASE("gradients: embedding with repeated ids") {
   const attn::index_t vocab = dim(3, 7), d = dim(1, 70);
   Tensor<std::int32_t> ids({2, 5});
-  for (attn::index_t i = 0; i < ids.numel(); ++i) ids[i] = static_cast<std::int32_t>(rng().uniform_int(3));
+  for (attn::index_t i = 0; i < ids.numel(); ++i)
+    ids[i] = static_cast<std::int32_t>(rng().uniform_int(3));
   check([&](const Vars& v) { return attn::embedding(v[0], ids); }, {randn({vocab, d})});
 }
 

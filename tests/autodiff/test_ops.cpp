@@ -23,8 +23,9 @@ std::string what_of(auto&& f) {
 }
 
 // C[b] = op(A[b]) op(B[b]) by the definition, in double.
-Tensor<double> naive_matmul(const Tensor<double>& a, const Tensor<double>& b, bool ta, bool tb, index_t batch,
-                            index_t m, index_t n, index_t k, bool shared_a, bool shared_b) {
+Tensor<double> naive_matmul(const Tensor<double>& a, const Tensor<double>& b, bool ta, bool tb,
+                            index_t batch, index_t m, index_t n, index_t k, bool shared_a,
+                            bool shared_b) {
   Tensor<double> c({batch, m, n});
   for (index_t z = 0; z < batch; ++z)
     for (index_t i = 0; i < m; ++i)
@@ -53,14 +54,17 @@ TEST_CASE("matmul equals the definition for every layout") {
       const Tensor<double> a2 = Tensor<double>::randn(ta ? Shape{k, m} : Shape{m, k}, rng);
       const Tensor<double> b2 = Tensor<double>::randn(tb ? Shape{n, k} : Shape{k, n}, rng);
       auto batched = attn::matmul(tape.leaf(a3), tape.leaf(b3), ta, tb);
-      CHECK(attn::max_abs_diff(batched.value(), naive_matmul(a3, b3, ta, tb, B, m, n, k, false, false)) < 1e-10);
+      CHECK(attn::max_abs_diff(batched.value(),
+                               naive_matmul(a3, b3, ta, tb, B, m, n, k, false, false)) < 1e-10);
       auto shared_b = attn::matmul(tape.leaf(a3), tape.leaf(b2), ta, tb);
-      CHECK(attn::max_abs_diff(shared_b.value(), naive_matmul(a3, b2, ta, tb, B, m, n, k, false, true)) < 1e-10);
+      CHECK(attn::max_abs_diff(shared_b.value(),
+                               naive_matmul(a3, b2, ta, tb, B, m, n, k, false, true)) < 1e-10);
       auto shared_a = attn::matmul(tape.leaf(a2), tape.leaf(b3), ta, tb);
-      CHECK(attn::max_abs_diff(shared_a.value(), naive_matmul(a2, b3, ta, tb, B, m, n, k, true, false)) < 1e-10);
+      CHECK(attn::max_abs_diff(shared_a.value(),
+                               naive_matmul(a2, b3, ta, tb, B, m, n, k, true, false)) < 1e-10);
       auto plain = attn::matmul(tape.leaf(a2), tape.leaf(b2), ta, tb);
-      CHECK(attn::max_abs_diff(plain.value().reshaped({1, m, n}), naive_matmul(a2, b2, ta, tb, 1, m, n, k, true, true)) <
-            1e-10);
+      CHECK(attn::max_abs_diff(plain.value().reshaped({1, m, n}),
+                               naive_matmul(a2, b2, ta, tb, 1, m, n, k, true, true)) < 1e-10);
     }
 }
 
@@ -73,19 +77,23 @@ TEST_CASE("matmul shape errors name the operation and both shapes") {
   CHECK(msg.find("[4, 3]") != std::string::npos);
   CHECK(msg.find("[5, 2]") != std::string::npos);
   CHECK_THROWS_AS(attn::matmul(a, b), attn::shape_error);
-  CHECK_THROWS_AS(attn::matmul(tape.leaf(Tensor<float>({2, 4, 3})), tape.leaf(Tensor<float>({3, 3, 2}))),
+  CHECK_THROWS_AS(
+      attn::matmul(tape.leaf(Tensor<float>({2, 4, 3})), tape.leaf(Tensor<float>({3, 3, 2}))),
+      attn::shape_error);
+  CHECK_THROWS_AS(attn::matmul(tape.leaf(Tensor<float>({3})), tape.leaf(Tensor<float>({3, 2}))),
                   attn::shape_error);
-  CHECK_THROWS_AS(attn::matmul(tape.leaf(Tensor<float>({3})), tape.leaf(Tensor<float>({3, 2}))), attn::shape_error);
 }
 
 TEST_CASE("softmax, log_softmax and cross_entropy stay finite and exact for logits of ±1e4") {
   attn::Tape<float> tape;
   // Rows: huge positive, huge negative, a huge spread, and ordinary values.
-  const Tensor<float> x({4, 3}, {1e4f, 1e4f - 1, 1e4f - 2, -1e4f, -1e4f - 1, -1e4f - 2, 1e4f, 0, -1e4f, 0.5f, -0.5f, 0});
+  const Tensor<float> x({4, 3}, {1e4f, 1e4f - 1, 1e4f - 2, -1e4f, -1e4f - 1, -1e4f - 2, 1e4f, 0,
+                                 -1e4f, 0.5f, -0.5f, 0});
   auto xv = tape.leaf(x, true);
   auto p = attn::softmax(xv);
   auto lp = attn::log_softmax(xv);
-  // Rows 0, 1 and 3 are shifts of (0, -1, -2) or (0.5, -0.5, 0): compare with the small-number formula.
+  // Rows 0, 1 and 3 are shifts of (0, -1, -2) or (0.5, -0.5, 0): compare with the small-number
+  // formula.
   const double e0 = 1 + std::exp(-1.0) + std::exp(-2.0);
   for (int r : {0, 1}) {
     CHECK(p.value()(r, 0) == doctest::Approx(1 / e0));
@@ -97,7 +105,9 @@ TEST_CASE("softmax, log_softmax and cross_entropy stay finite and exact for logi
   CHECK(lp.value()(2, 2) == doctest::Approx(-2e4f));
   Tensor<std::int32_t> t({4}, {2, 0, 2, 1});
   auto loss = attn::cross_entropy(xv, t);
-  const double expected = ((2 + std::log(e0)) + std::log(e0) + 2e4 + (1 + std::log(std::exp(0.5) + std::exp(-0.5) + 1) - 0.5)) / 4;
+  const double expected = ((2 + std::log(e0)) + std::log(e0) + 2e4 +
+                           (1 + std::log(std::exp(0.5) + std::exp(-0.5) + 1) - 0.5)) /
+                          4;
   CHECK(loss.item() == doctest::Approx(expected).epsilon(1e-5));
   tape.backward(loss);
   for (const float g : xv.grad()) CHECK(std::isfinite(g));
@@ -135,7 +145,8 @@ TEST_CASE("layer_norm normalises each row") {
   attn::Rng rng(5);
   attn::Tape<double> tape;
   auto x = tape.leaf(Tensor<double>::randn({7, 33}, rng, 3.0, 5.0));
-  auto y = attn::layer_norm(x, tape.leaf(Tensor<double>::ones({33})), tape.leaf(Tensor<double>::zeros({33})), 0.0);
+  auto y = attn::layer_norm(x, tape.leaf(Tensor<double>::ones({33})),
+                            tape.leaf(Tensor<double>::zeros({33})), 0.0);
   for (index_t r = 0; r < 7; ++r) {
     double mu = 0, var = 0;
     for (index_t j = 0; j < 33; ++j) mu += y.value()(r, j) / 33;
@@ -143,8 +154,9 @@ TEST_CASE("layer_norm normalises each row") {
     CHECK(mu == doctest::Approx(0).epsilon(1e-12).scale(1));
     CHECK(var == doctest::Approx(1.0));
   }
-  CHECK_THROWS_AS(attn::layer_norm(x, tape.leaf(Tensor<double>({32})), tape.leaf(Tensor<double>({33}))),
-                  attn::shape_error);
+  CHECK_THROWS_AS(
+      attn::layer_norm(x, tape.leaf(Tensor<double>({32})), tape.leaf(Tensor<double>({33}))),
+      attn::shape_error);
 }
 
 TEST_CASE("embedding picks rows and rejects ids outside the table") {
@@ -168,8 +180,10 @@ TEST_CASE("dropout: deterministic per seed, the right fraction, scaled, identity
   CHECK(attn::max_abs_diff(a.value(), b.value()) == 0.0);
   index_t zeros = 0;
   for (const float v : a.value()) {
-    if (v == 0) ++zeros;
-    else CHECK(v == doctest::Approx(1 / 0.75f));
+    if (v == 0)
+      ++zeros;
+    else
+      CHECK(v == doctest::Approx(1 / 0.75f));
   }
   CHECK(static_cast<double>(zeros) / 1e5 == doctest::Approx(0.25).epsilon(0.02));
   auto off = attn::dropout(x, 0.25, r1, false);

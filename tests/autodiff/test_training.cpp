@@ -15,7 +15,8 @@ TEST_CASE("an MLP learns two interleaved spirals to 100% accuracy") {
   Tensor<std::int32_t> y({2 * n});
   for (attn::index_t i = 0; i < n; ++i)
     for (int c = 0; c < 2; ++c) {
-      const double t = 0.25 + 3.0 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(n);
+      const double t =
+          0.25 + 3.0 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(n);
       const double sign = c ? -1.0 : 1.0;
       const attn::index_t row = 2 * i + c;
       x(row, 0) = sign * t * std::cos(t) / 10.0 + rng.normal(0, 0.01);
@@ -23,9 +24,12 @@ TEST_CASE("an MLP learns two interleaved spirals to 100% accuracy") {
       y[row] = c;
     }
   const attn::index_t hidden = 64;
-  attn::Parameter<double> w1(Tensor<double>::randn({2, hidden}, rng, 0, 1.0)), b1(Tensor<double>::zeros({hidden}));
-  attn::Parameter<double> w2(Tensor<double>::randn({hidden, hidden}, rng, 0, 1.0 / 8)), b2(Tensor<double>::zeros({hidden}));
-  attn::Parameter<double> w3(Tensor<double>::randn({hidden, 2}, rng, 0, 1.0 / 8)), b3(Tensor<double>::zeros({2}));
+  attn::Parameter<double> w1(Tensor<double>::randn({2, hidden}, rng, 0, 1.0)),
+      b1(Tensor<double>::zeros({hidden}));
+  attn::Parameter<double> w2(Tensor<double>::randn({hidden, hidden}, rng, 0, 1.0 / 8)),
+      b2(Tensor<double>::zeros({hidden}));
+  attn::Parameter<double> w3(Tensor<double>::randn({hidden, 2}, rng, 0, 1.0 / 8)),
+      b3(Tensor<double>::zeros({2}));
   attn::Parameter<double>* params[] = {&w1, &b1, &w2, &b2, &w3, &b3};
   // Adam, written out: m ← β₁m + (1−β₁)g, v ← β₂v + (1−β₂)g², w ← w − lr m̂ / (√v̂ + ε).
   std::vector<Tensor<double>> m, v;
@@ -59,7 +63,8 @@ TEST_CASE("an MLP learns two interleaved spirals to 100% accuracy") {
   attn::NoGrad<double> guard(tape);
   attn::Var<double> logits = forward();
   int correct = 0;
-  for (attn::index_t i = 0; i < 2 * n; ++i) correct += (logits.value()(i, 1) > logits.value()(i, 0)) == (y[i] == 1);
+  for (attn::index_t i = 0; i < 2 * n; ++i)
+    correct += (logits.value()(i, 1) > logits.value()(i, 0)) == (y[i] == 1);
   INFO("final loss " << loss);
   CHECK(correct == 2 * n);
   CHECK(loss < 0.05);

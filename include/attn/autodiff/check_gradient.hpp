@@ -32,8 +32,8 @@ struct GradientCheck {
       rest = shape[a] ? rest / shape[a] : 0;
     }
     for (std::size_t a = 0; a < idx.size(); ++a) os << (a ? ", " : "") << idx[a];
-    os << "] of " << shape << "): analytic " << analytic << ", numeric " << numeric << ", error " << worst_error
-       << (ok ? " (ok)" : " (FAILED)");
+    os << "] of " << shape << "): analytic " << analytic << ", numeric " << numeric << ", error "
+       << worst_error << (ok ? " (ok)" : " (FAILED)");
     return os.str();
   }
 };
@@ -43,7 +43,8 @@ struct GradientCheck {
 // (f(x + eps) − f(x − eps)) / 2eps is compared with the gradient from backward().
 // f must be deterministic (seed any dropout inside it).
 template <class F>
-GradientCheck check_gradient(F&& f, const std::vector<Tensor<double>>& inputs, double eps = 1e-6, double tol = 1e-6) {
+GradientCheck check_gradient(F&& f, const std::vector<Tensor<double>>& inputs, double eps = 1e-6,
+                             double tol = 1e-6) {
   Tape<double> tape;
   auto make_vars = [&](const std::vector<Tensor<double>>& values, bool grad) {
     std::vector<Var<double>> vars;
@@ -55,7 +56,8 @@ GradientCheck check_gradient(F&& f, const std::vector<Tensor<double>>& inputs, d
   {
     auto vars = make_vars(inputs, true);
     Var<double> out = f(vars);
-    ATTN_CHECK(out.numel() == 1, shape_error, "check_gradient: f must return one element, got shape ", out.shape());
+    ATTN_CHECK(out.numel() == 1, shape_error,
+               "check_gradient: f must return one element, got shape ", out.shape());
     tape.backward(out);
     for (auto& v : vars) analytic.push_back(v.grad());
   }

@@ -24,7 +24,9 @@
 namespace attn {
 
 template <class X>
-concept Expression = requires { typename std::remove_cvref_t<X>::is_attn_expression; };
+concept Expression = requires {
+  typename std::remove_cvref_t<X>::is_attn_expression;
+};
 
 template <class X>
 struct is_var : std::false_type {};
@@ -86,7 +88,8 @@ struct Leaf : ExpressionTag {
   T* g = nullptr;
   Layout layout{};
 
-  explicit Leaf(const Var<T>& x) : tape_ptr(&x.tape()), node(x.index()), generation(x.generation()) {
+  explicit Leaf(const Var<T>& x)
+      : tape_ptr(&x.tape()), node(x.index()), generation(x.generation()) {
     x.tape().check(x, "elementwise");
   }
 
@@ -104,7 +107,9 @@ struct Leaf : ExpressionTag {
     f(*this);
   }
 
-  T eval(index_t r, index_t c, Cache&) const { return v[r * layout.row_stride + c * layout.col_stride]; }
+  T eval(index_t r, index_t c, Cache&) const {
+    return v[r * layout.row_stride + c * layout.col_stride];
+  }
   void backprop(index_t r, index_t c, T grad, const Cache&) const {
     if (g) g[r * layout.row_stride + c * layout.col_stride] += grad;
   }
@@ -178,7 +183,8 @@ struct Binary : ExpressionTag {
 
   Binary(F fn, L lhs, R rhs) : f(fn), l(lhs), r_(rhs) {
     if constexpr (HasLeaf<L> && HasLeaf<R>) {
-      ATTN_CHECK(&l.tape() == &r_.tape(), value_error, F::name, ": operands come from different tapes");
+      ATTN_CHECK(&l.tape() == &r_.tape(), value_error, F::name,
+                 ": operands come from different tapes");
       (void)broadcast_shape(l.shape(), r_.shape(), F::name);  // throws now, naming the operation
     }
   }
@@ -223,102 +229,215 @@ struct Binary : ExpressionTag {
 
 struct Add {
   static constexpr const char* name = "add";
-  template <class T> T value(T a, T b) const { return a + b; }
-  template <class T> T da(T, T, T) const { return T{1}; }
-  template <class T> T db(T, T, T) const { return T{1}; }
+  template <class T>
+  T value(T a, T b) const {
+    return a + b;
+  }
+  template <class T>
+  T da(T, T, T) const {
+    return T{1};
+  }
+  template <class T>
+  T db(T, T, T) const {
+    return T{1};
+  }
 };
 struct Sub {
   static constexpr const char* name = "sub";
-  template <class T> T value(T a, T b) const { return a - b; }
-  template <class T> T da(T, T, T) const { return T{1}; }
-  template <class T> T db(T, T, T) const { return T{-1}; }
+  template <class T>
+  T value(T a, T b) const {
+    return a - b;
+  }
+  template <class T>
+  T da(T, T, T) const {
+    return T{1};
+  }
+  template <class T>
+  T db(T, T, T) const {
+    return T{-1};
+  }
 };
 struct Mul {
   static constexpr const char* name = "mul";
-  template <class T> T value(T a, T b) const { return a * b; }
-  template <class T> T da(T, T b, T) const { return b; }
-  template <class T> T db(T a, T, T) const { return a; }
+  template <class T>
+  T value(T a, T b) const {
+    return a * b;
+  }
+  template <class T>
+  T da(T, T b, T) const {
+    return b;
+  }
+  template <class T>
+  T db(T a, T, T) const {
+    return a;
+  }
 };
 struct Div {
   static constexpr const char* name = "div";
-  template <class T> T value(T a, T b) const { return a / b; }
-  template <class T> T da(T, T b, T) const { return T{1} / b; }
-  template <class T> T db(T, T b, T y) const { return -y / b; }  // d(a/b)/db = -a/b² = -y/b
+  template <class T>
+  T value(T a, T b) const {
+    return a / b;
+  }
+  template <class T>
+  T da(T, T b, T) const {
+    return T{1} / b;
+  }
+  template <class T>
+  T db(T, T b, T y) const {
+    return -y / b;
+  }  // d(a/b)/db = -a/b² = -y/b
 };
 struct PowBinary {
   static constexpr const char* name = "pow";
-  template <class T> T value(T a, T b) const { return std::pow(a, b); }
-  template <class T> T da(T a, T b, T) const { return b * std::pow(a, b - T{1}); }
+  template <class T>
+  T value(T a, T b) const {
+    return std::pow(a, b);
+  }
+  template <class T>
+  T da(T a, T b, T) const {
+    return b * std::pow(a, b - T{1});
+  }
   // d(a^b)/db = a^b log a; defined as 0 at a = 0 (the limit of b * a^b log a from the right).
-  template <class T> T db(T a, T, T y) const { return a > T{0} ? y * std::log(a) : T{0}; }
+  template <class T>
+  T db(T a, T, T y) const {
+    return a > T{0} ? y * std::log(a) : T{0};
+  }
 };
 
 struct Neg {
-  template <class T> T value(T x) const { return -x; }
-  template <class T> T derivative(T, T) const { return T{-1}; }
+  template <class T>
+  T value(T x) const {
+    return -x;
+  }
+  template <class T>
+  T derivative(T, T) const {
+    return T{-1};
+  }
 };
 struct Exp {
-  template <class T> T value(T x) const { return std::exp(x); }
-  template <class T> T derivative(T, T y) const { return y; }
+  template <class T>
+  T value(T x) const {
+    return std::exp(x);
+  }
+  template <class T>
+  T derivative(T, T y) const {
+    return y;
+  }
 };
 struct Log {
-  template <class T> T value(T x) const { return std::log(x); }
-  template <class T> T derivative(T x, T) const { return T{1} / x; }
+  template <class T>
+  T value(T x) const {
+    return std::log(x);
+  }
+  template <class T>
+  T derivative(T x, T) const {
+    return T{1} / x;
+  }
 };
 struct Tanh {
-  template <class T> T value(T x) const { return std::tanh(x); }
-  template <class T> T derivative(T, T y) const { return T{1} - y * y; }
+  template <class T>
+  T value(T x) const {
+    return std::tanh(x);
+  }
+  template <class T>
+  T derivative(T, T y) const {
+    return T{1} - y * y;
+  }
 };
 struct Sigmoid {
   // Two branches so that exp never overflows: for x < 0, 1/(1+e^-x) = e^x/(1+e^x).
-  template <class T> T value(T x) const {
+  template <class T>
+  T value(T x) const {
     if (x >= T{0}) return T{1} / (T{1} + std::exp(-x));
     const T e = std::exp(x);
     return e / (T{1} + e);
   }
-  template <class T> T derivative(T, T y) const { return y * (T{1} - y); }
+  template <class T>
+  T derivative(T, T y) const {
+    return y * (T{1} - y);
+  }
 };
 struct Relu {
-  template <class T> T value(T x) const { return x > T{0} ? x : T{0}; }
-  template <class T> T derivative(T x, T) const { return x > T{0} ? T{1} : T{0}; }
+  template <class T>
+  T value(T x) const {
+    return x > T{0} ? x : T{0};
+  }
+  template <class T>
+  T derivative(T x, T) const {
+    return x > T{0} ? T{1} : T{0};
+  }
 };
 // GELU(x) = x Φ(x) = ½ x (1 + erf(x/√2)) (Hendrycks & Gimpel; PyTorch's default GELU).
 struct Gelu {
-  template <class T> T value(T x) const { return T(0.5) * x * (T{1} + std::erf(x * T(std::numbers::sqrt2 / 2))); }
+  template <class T>
+  T value(T x) const {
+    return T(0.5) * x * (T{1} + std::erf(x * T(std::numbers::sqrt2 / 2)));
+  }
   // d/dx x Φ(x) = Φ(x) + x φ(x), φ the standard normal density.
-  template <class T> T derivative(T x, T) const {
+  template <class T>
+  T derivative(T x, T) const {
     const T cdf = T(0.5) * (T{1} + std::erf(x * T(std::numbers::sqrt2 / 2)));
-    const T pdf = std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+    const T pdf =
+        std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
     return cdf + x * pdf;
   }
 };
 // The tanh approximation ½ x (1 + tanh(√(2/π)(x + 0.044715 x³))) used by GPT-2 and minGPT.
 struct GeluTanh {
   static constexpr double c = 0.7978845608028654;  // √(2/π)
-  template <class T> T value(T x) const { return T(0.5) * x * (T{1} + std::tanh(T(c) * (x + T(0.044715) * x * x * x))); }
-  template <class T> T derivative(T x, T) const {
+  template <class T>
+  T value(T x) const {
+    return T(0.5) * x * (T{1} + std::tanh(T(c) * (x + T(0.044715) * x * x * x)));
+  }
+  template <class T>
+  T derivative(T x, T) const {
     const T t = std::tanh(T(c) * (x + T(0.044715) * x * x * x));
-    return T(0.5) * (T{1} + t) + T(0.5) * x * (T{1} - t * t) * T(c) * (T{1} + T(3 * 0.044715) * x * x);
+    return T(0.5) * (T{1} + t) +
+           T(0.5) * x * (T{1} - t * t) * T(c) * (T{1} + T(3 * 0.044715) * x * x);
   }
 };
 // ELU(x) = x for x > 0, α (eᵡ − 1) otherwise; derivative 1 or y + α.
 struct Elu {
   double alpha = 1.0;
-  template <class T> T value(T x) const { return x > T{0} ? x : T(alpha) * std::expm1(x); }
-  template <class T> T derivative(T x, T y) const { return x > T{0} ? T{1} : y + T(alpha); }
+  template <class T>
+  T value(T x) const {
+    return x > T{0} ? x : T(alpha) * std::expm1(x);
+  }
+  template <class T>
+  T derivative(T x, T y) const {
+    return x > T{0} ? T{1} : y + T(alpha);
+  }
 };
 struct PowScalar {
   double p = 1.0;
-  template <class T> T value(T x) const { return std::pow(x, T(p)); }
-  template <class T> T derivative(T x, T) const { return T(p) * std::pow(x, T(p - 1)); }
+  template <class T>
+  T value(T x) const {
+    return std::pow(x, T(p));
+  }
+  template <class T>
+  T derivative(T x, T) const {
+    return T(p) * std::pow(x, T(p - 1));
+  }
 };
 struct Sqrt {
-  template <class T> T value(T x) const { return std::sqrt(x); }
-  template <class T> T derivative(T, T y) const { return T(0.5) / y; }
+  template <class T>
+  T value(T x) const {
+    return std::sqrt(x);
+  }
+  template <class T>
+  T derivative(T, T y) const {
+    return T(0.5) / y;
+  }
 };
 struct Abs {
-  template <class T> T value(T x) const { return std::abs(x); }
-  template <class T> T derivative(T x, T) const { return x > T{0} ? T{1} : (x < T{0} ? T{-1} : T{0}); }
+  template <class T>
+  T value(T x) const {
+    return std::abs(x);
+  }
+  template <class T>
+  T derivative(T x, T) const {
+    return x > T{0} ? T{1} : (x < T{0} ? T{-1} : T{0});
+  }
 };
 
 // ---- turning operands into expression nodes ---------------------------------------------------
@@ -342,13 +461,16 @@ template <class F, class A, class B>
 auto make_binary(F f, const A& a, const B& b) {
   if constexpr (std::is_arithmetic_v<A>) {
     using T = value_type_of<B>;
-    return Binary<F, Constant<T>, decltype(as_expr(b))>(f, Constant<T>{{}, static_cast<T>(a)}, as_expr(b));
+    return Binary<F, Constant<T>, decltype(as_expr(b))>(f, Constant<T>{{}, static_cast<T>(a)},
+                                                        as_expr(b));
   } else if constexpr (std::is_arithmetic_v<B>) {
     using T = value_type_of<A>;
-    return Binary<F, decltype(as_expr(a)), Constant<T>>(f, as_expr(a), Constant<T>{{}, static_cast<T>(b)});
+    return Binary<F, decltype(as_expr(a)), Constant<T>>(f, as_expr(a),
+                                                        Constant<T>{{}, static_cast<T>(b)});
   } else {
-    static_assert(std::is_same_v<value_type_of<A>, value_type_of<B>>,
-                  "attn: both operands of an elementwise operation must have the same element type");
+    static_assert(
+        std::is_same_v<value_type_of<A>, value_type_of<B>>,
+        "attn: both operands of an elementwise operation must have the same element type");
     return Binary<F, decltype(as_expr(a)), decltype(as_expr(b))>(f, as_expr(a), as_expr(b));
   }
 }
@@ -372,7 +494,8 @@ struct ElementwiseOp {
     const index_t D = std::max<index_t>(out.last(), 1), R = out.numel() / D;
     bool row_grad = false, scalar_grad = false;
     b.for_each_leaf([&](const auto& leaf) {
-      if (leaf.g && leaf.layout.row_stride == 0) (leaf.layout.col_stride ? row_grad : scalar_grad) = true;
+      if (leaf.g && leaf.layout.row_stride == 0)
+        (leaf.layout.col_stride ? row_grad : scalar_grad) = true;
     });
     auto element = [&](index_t r, index_t c) {
       typename E::Cache k;
@@ -388,11 +511,12 @@ struct ElementwiseOp {
       // A bias row's gradient sums over rows: split the columns instead, so each column's sum
       // runs on one thread in row order, whatever the thread count.
       constexpr index_t cb = 64;
-      parallel_for(block_count(D, cb), static_cast<double>(R * std::min(cb, D)) * 8.0, [&](index_t blk) {
-        const index_t c0 = blk * cb, c1 = std::min(D, c0 + cb);
-        for (index_t r = 0; r < R; ++r)
-          for (index_t c = c0; c < c1; ++c) element(r, c);
-      });
+      parallel_for(block_count(D, cb), static_cast<double>(R * std::min(cb, D)) * 8.0,
+                   [&](index_t blk) {
+                     const index_t c0 = blk * cb, c1 = std::min(D, c0 + cb);
+                     for (index_t r = 0; r < R; ++r)
+                       for (index_t c = c0; c < c1; ++c) element(r, c);
+                   });
     } else {
       parallel_for(R, static_cast<double>(D) * 8.0, [&](index_t r) {
         for (index_t c = 0; c < D; ++c) element(r, c);
@@ -435,49 +559,86 @@ Var<T> eval(const Var<T>& v) {
 
 template <class T>
 template <class E>
-  requires requires { typename E::is_attn_expression; }
+requires requires {
+  typename E::is_attn_expression;
+}
 Var<T>::Var(const E& e) : Var(attn::eval(e)) {}
 
 // ---- operators and functions --------------------------------------------------------------------
 
 template <class A, class B>
-  requires expr::BinaryOperands<A, B>
+requires expr::BinaryOperands<A, B>
 auto operator+(const A& a, const B& b) {
   return expr::make_binary(expr::Add{}, a, b);
 }
 template <class A, class B>
-  requires expr::BinaryOperands<A, B>
+requires expr::BinaryOperands<A, B>
 auto operator-(const A& a, const B& b) {
   return expr::make_binary(expr::Sub{}, a, b);
 }
 template <class A, class B>
-  requires expr::BinaryOperands<A, B>
+requires expr::BinaryOperands<A, B>
 auto operator*(const A& a, const B& b) {
   return expr::make_binary(expr::Mul{}, a, b);
 }
 template <class A, class B>
-  requires expr::BinaryOperands<A, B>
+requires expr::BinaryOperands<A, B>
 auto operator/(const A& a, const B& b) {
   return expr::make_binary(expr::Div{}, a, b);
 }
 // a^b elementwise, both operands differentiable (or one a number).
 template <class A, class B>
-  requires expr::BinaryOperands<A, B> && (!std::is_arithmetic_v<B>)
-auto pow(const A& a, const B& b) {
+requires expr::BinaryOperands<A, B> &&(!std::is_arithmetic_v<B>)auto pow(const A& a, const B& b) {
   return expr::make_binary(expr::PowBinary{}, a, b);
 }
 
-template <Operand X> auto operator-(const X& x) { return expr::make_unary(expr::Neg{}, x); }
-template <Operand X> auto exp(const X& x) { return expr::make_unary(expr::Exp{}, x); }
-template <Operand X> auto log(const X& x) { return expr::make_unary(expr::Log{}, x); }
-template <Operand X> auto tanh(const X& x) { return expr::make_unary(expr::Tanh{}, x); }
-template <Operand X> auto sigmoid(const X& x) { return expr::make_unary(expr::Sigmoid{}, x); }
-template <Operand X> auto relu(const X& x) { return expr::make_unary(expr::Relu{}, x); }
-template <Operand X> auto gelu(const X& x) { return expr::make_unary(expr::Gelu{}, x); }
-template <Operand X> auto gelu_tanh(const X& x) { return expr::make_unary(expr::GeluTanh{}, x); }
-template <Operand X> auto elu(const X& x, double alpha = 1.0) { return expr::make_unary(expr::Elu{alpha}, x); }
-template <Operand X> auto pow(const X& x, double p) { return expr::make_unary(expr::PowScalar{p}, x); }
-template <Operand X> auto sqrt(const X& x) { return expr::make_unary(expr::Sqrt{}, x); }
-template <Operand X> auto abs(const X& x) { return expr::make_unary(expr::Abs{}, x); }
+template <Operand X>
+auto operator-(const X& x) {
+  return expr::make_unary(expr::Neg{}, x);
+}
+template <Operand X>
+auto exp(const X& x) {
+  return expr::make_unary(expr::Exp{}, x);
+}
+template <Operand X>
+auto log(const X& x) {
+  return expr::make_unary(expr::Log{}, x);
+}
+template <Operand X>
+auto tanh(const X& x) {
+  return expr::make_unary(expr::Tanh{}, x);
+}
+template <Operand X>
+auto sigmoid(const X& x) {
+  return expr::make_unary(expr::Sigmoid{}, x);
+}
+template <Operand X>
+auto relu(const X& x) {
+  return expr::make_unary(expr::Relu{}, x);
+}
+template <Operand X>
+auto gelu(const X& x) {
+  return expr::make_unary(expr::Gelu{}, x);
+}
+template <Operand X>
+auto gelu_tanh(const X& x) {
+  return expr::make_unary(expr::GeluTanh{}, x);
+}
+template <Operand X>
+auto elu(const X& x, double alpha = 1.0) {
+  return expr::make_unary(expr::Elu{alpha}, x);
+}
+template <Operand X>
+auto pow(const X& x, double p) {
+  return expr::make_unary(expr::PowScalar{p}, x);
+}
+template <Operand X>
+auto sqrt(const X& x) {
+  return expr::make_unary(expr::Sqrt{}, x);
+}
+template <Operand X>
+auto abs(const X& x) {
+  return expr::make_unary(expr::Abs{}, x);
+}
 
 }  // namespace attn

@@ -26,11 +26,13 @@ struct MatmulGeometry {
 // written per batch entry the entries run in parallel; when C is shared (stride_c == 0, the
 // gradient of a shared operand) they are summed in batch order.
 template <class T>
-void batched_gemm(const T* a, index_t stride_a, bool ta, const T* b, index_t stride_b, bool tb, T* c,
-                  index_t stride_c, index_t batch, index_t m, index_t n, index_t k, bool accumulate) {
+void batched_gemm(const T* a, index_t stride_a, bool ta, const T* b, index_t stride_b, bool tb,
+                  T* c, index_t stride_c, index_t batch, index_t m, index_t n, index_t k,
+                  bool accumulate) {
   if (batch == 1 || stride_c == 0) {
     for (index_t i = 0; i < batch; ++i)
-      gemm(a + i * stride_a, ta, b + i * stride_b, tb, c + i * stride_c, m, n, k, accumulate || (stride_c == 0 && i > 0));
+      gemm(a + i * stride_a, ta, b + i * stride_b, tb, c + i * stride_c, m, n, k,
+           accumulate || (stride_c == 0 && i > 0));
     return;
   }
   parallel_for(batch, 2.0 * double(m) * double(n) * double(k), [&](index_t i) {
@@ -51,7 +53,8 @@ struct MatmulOp {
     const index_t sc = g.m * g.n;
     if (g.fold) {
       const index_t rows = g.batch * g.m;
-      if (tape.requires_grad(a)) gemm(dc, false, bv, !g.tb, tape.grad(a).data(), rows, g.k, g.n, true);
+      if (tape.requires_grad(a))
+        gemm(dc, false, bv, !g.tb, tape.grad(a).data(), rows, g.k, g.n, true);
       if (tape.requires_grad(b)) {
         if (g.tb)  // B stored [N, K]: dB = dCᵀ A
           gemm(dc, true, av, false, tape.grad(b).data(), g.n, g.k, rows, true);
@@ -63,16 +66,20 @@ struct MatmulOp {
     if (tape.requires_grad(a)) {
       T* da = tape.grad(a).data();
       if (!g.ta)  // dA [M, K] = dC op(B)ᵀ
-        batched_gemm(dc, sc, false, bv, g.stride_b, !g.tb, da, g.stride_a, g.batch, g.m, g.k, g.n, true);
+        batched_gemm(dc, sc, false, bv, g.stride_b, !g.tb, da, g.stride_a, g.batch, g.m, g.k, g.n,
+                     true);
       else  // A stored [K, M]: dA = op(B) dCᵀ
-        batched_gemm(bv, g.stride_b, g.tb, dc, sc, true, da, g.stride_a, g.batch, g.k, g.m, g.n, true);
+        batched_gemm(bv, g.stride_b, g.tb, dc, sc, true, da, g.stride_a, g.batch, g.k, g.m, g.n,
+                     true);
     }
     if (tape.requires_grad(b)) {
       T* db = tape.grad(b).data();
       if (!g.tb)  // dB [K, N] = op(A)ᵀ dC
-        batched_gemm(av, g.stride_a, !g.ta, dc, sc, false, db, g.stride_b, g.batch, g.k, g.n, g.m, true);
+        batched_gemm(av, g.stride_a, !g.ta, dc, sc, false, db, g.stride_b, g.batch, g.k, g.n, g.m,
+                     true);
       else  // B stored [N, K]: dB = dCᵀ op(A)
-        batched_gemm(dc, sc, true, av, g.stride_a, g.ta, db, g.stride_b, g.batch, g.n, g.k, g.m, true);
+        batched_gemm(dc, sc, true, av, g.stride_a, g.ta, db, g.stride_b, g.batch, g.n, g.k, g.m,
+                     true);
     }
   }
 };
@@ -92,7 +99,8 @@ auto matmul(const A& a_in, const B& b_in, bool ta = false, bool tb = false) {
   tape.check(b, "matmul");
   const Shape& sa = a.shape();
   const Shape& sb = b.shape();
-  ATTN_CHECK(sa.rank() >= 2 && sb.rank() >= 2, shape_error, "matmul: operands need rank 2 to 4, got ", sa, " x ", sb);
+  ATTN_CHECK(sa.rank() >= 2 && sb.rank() >= 2, shape_error,
+             "matmul: operands need rank 2 to 4, got ", sa, " x ", sb);
   detail::MatmulGeometry g;
   g.ta = ta;
   g.tb = tb;
@@ -100,11 +108,12 @@ auto matmul(const A& a_in, const B& b_in, bool ta = false, bool tb = false) {
   g.k = ta ? sa.dim(-2) : sa.dim(-1);
   const index_t kb = tb ? sb.dim(-1) : sb.dim(-2);
   g.n = tb ? sb.dim(-2) : sb.dim(-1);
-  ATTN_CHECK(g.k == kb, shape_error, "matmul: inner dimensions differ: ", sa, (ta ? "ᵀ" : ""), " x ", sb,
-             (tb ? "ᵀ" : ""));
+  ATTN_CHECK(g.k == kb, shape_error, "matmul: inner dimensions differ: ", sa, (ta ? "ᵀ" : ""),
+             " x ", sb, (tb ? "ᵀ" : ""));
   Shape out;
   if (sa.rank() > 2 && sb.rank() > 2) {
-    ATTN_CHECK(sa.rank() == sb.rank() && std::equal(sa.dims().begin(), sa.dims().end() - 2, sb.dims().begin()),
+    ATTN_CHECK(sa.rank() == sb.rank() &&
+                   std::equal(sa.dims().begin(), sa.dims().end() - 2, sb.dims().begin()),
                shape_error, "matmul: batch axes differ: ", sa, " x ", sb);
   }
   const Shape& batched = sa.rank() >= sb.rank() ? sa : sb;
@@ -125,8 +134,8 @@ auto matmul(const A& a_in, const B& b_in, bool ta = false, bool tb = false) {
   if (g.fold)
     gemm(a.value().data(), false, b.value().data(), tb, cv, g.batch * g.m, g.n, g.k);
   else
-    detail::batched_gemm(a.value().data(), g.stride_a, ta, b.value().data(), g.stride_b, tb, cv, g.m * g.n, g.batch,
-                         g.m, g.n, g.k, false);
+    detail::batched_gemm(a.value().data(), g.stride_a, ta, b.value().data(), g.stride_b, tb, cv,
+                         g.m * g.n, g.batch, g.m, g.n, g.k, false);
   tape.set_backward(node, detail::MatmulOp{a.index(), b.index(), g});
   return c;
 }
@@ -144,7 +153,8 @@ void swap_axes(const T* src, const Shape& s, int a0, int a1, T* dst, bool accumu
     in_stride[static_cast<std::size_t>(4 - r + i)] = s.stride(i);
   }
   std::swap(dims[static_cast<std::size_t>(4 - r + a0)], dims[static_cast<std::size_t>(4 - r + a1)]);
-  std::swap(in_stride[static_cast<std::size_t>(4 - r + a0)], in_stride[static_cast<std::size_t>(4 - r + a1)]);
+  std::swap(in_stride[static_cast<std::size_t>(4 - r + a0)],
+            in_stride[static_cast<std::size_t>(4 - r + a1)]);
   // dims are now the output's; walk the output in order and gather from the input.
   const index_t outer = dims[0] * dims[1];
   parallel_for(outer, double(dims[2] * dims[3]), [&](index_t o) {
@@ -167,7 +177,8 @@ struct TransposeOp {
   // y = swap(x) is a permutation of elements: dx = swap(dy).
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
-    if (tape.requires_grad(x)) swap_axes(self.grad->data(), self.grad->shape(), a0, a1, tape.grad(x).data(), true);
+    if (tape.requires_grad(x))
+      swap_axes(self.grad->data(), self.grad->shape(), a0, a1, tape.grad(x).data(), true);
   }
 };
 

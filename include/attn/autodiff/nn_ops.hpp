@@ -55,7 +55,8 @@ struct LogSoftmaxOp {
     parallel_for(R, double(D) * 8, [&](index_t r) {
       const T* yr = y + r * D;
       const T* gr = gy + r * D;
-      if (!std::isfinite(static_cast<double>(yr[0])) && yr[0] < 0 && std::all_of(yr, yr + D, [](T v) { return v == -std::numeric_limits<T>::infinity(); }))
+      if (!std::isfinite(static_cast<double>(yr[0])) && yr[0] < 0 &&
+          std::all_of(yr, yr + D, [](T v) { return v == -std::numeric_limits<T>::infinity(); }))
         return;  // a row with no finite input has no gradient
       T total = 0;
       for (index_t j = 0; j < D; ++j) total += gr[j];
@@ -216,7 +217,8 @@ auto softmax(const X& x_in) {
   parallel_for(R, double(D) * 8, [&](index_t r) {
     const auto [m, lse] = detail::max_and_log_sum_exp(xv + r * D, D);
     const bool empty = m == -std::numeric_limits<T>::infinity();
-    for (index_t j = 0; j < D; ++j) yv[r * D + j] = empty ? T{0} : std::exp(xv[r * D + j] - m - lse);
+    for (index_t j = 0; j < D; ++j)
+      yv[r * D + j] = empty ? T{0} : std::exp(xv[r * D + j] - m - lse);
   });
   tape.set_backward(node, detail::SoftmaxOp{x.index()});
   return y;
@@ -230,7 +232,8 @@ auto log_softmax(const X& x_in) {
   using T = typename decltype(x)::value_type;
   Tape<T>& tape = x.tape();
   tape.check(x, "log_softmax");
-  ATTN_CHECK(x.shape().rank() >= 1, shape_error, "log_softmax: needs rank >= 1, got shape ", x.shape());
+  ATTN_CHECK(x.shape().rank() >= 1, shape_error, "log_softmax: needs rank >= 1, got shape ",
+             x.shape());
   auto [y, node] = tape.push(x.shape(), "log_softmax", x.requires_grad());
   const index_t D = x.shape().last(), R = detail::row_count(x.value());
   const T* xv = x.value().data();
@@ -256,8 +259,9 @@ auto layer_norm(const X& x_in, const G& gamma_in, const B& beta_in, double eps =
   tape.check(gamma, "layer_norm");
   tape.check(beta, "layer_norm");
   const index_t D = x.shape().last();
-  ATTN_CHECK(gamma.numel() == D && beta.numel() == D, shape_error, "layer_norm: gamma ", gamma.shape(), " and beta ",
-             beta.shape(), " must have the last dimension of x ", x.shape());
+  ATTN_CHECK(gamma.numel() == D && beta.numel() == D, shape_error, "layer_norm: gamma ",
+             gamma.shape(), " and beta ", beta.shape(), " must have the last dimension of x ",
+             x.shape());
   ATTN_CHECK(eps >= 0, value_error, "layer_norm: eps must be >= 0, got ", eps);
   auto [y, node] = tape.push(x.shape(), "layer_norm",
                              x.requires_grad() || gamma.requires_grad() || beta.requires_grad());
@@ -274,7 +278,8 @@ auto layer_norm(const X& x_in, const G& gamma_in, const B& beta_in, double eps =
     double mu = 0, var = 0;
     for (index_t j = 0; j < D; ++j) mu += xr[j];
     mu /= double(D);
-    for (index_t j = 0; j < D; ++j) var += (xr[j] - mu) * (xr[j] - mu);  // two passes: no cancellation
+    for (index_t j = 0; j < D; ++j)
+      var += (xr[j] - mu) * (xr[j] - mu);  // two passes: no cancellation
     var /= double(D);
     const T rstd = T(1.0 / std::sqrt(var + eps));
     stats[2 * r] = T(mu);
@@ -290,7 +295,8 @@ template <class T>
 Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
   Tape<T>& tape = table.tape();
   tape.check(table, "embedding");
-  ATTN_CHECK(table.shape().rank() == 2, shape_error, "embedding: the table must be [V, D], got ", table.shape());
+  ATTN_CHECK(table.shape().rank() == 2, shape_error, "embedding: the table must be [V, D], got ",
+             table.shape());
   ATTN_CHECK(ids.rank() <= 3, shape_error, "embedding: ids must have rank <= 3, got ", ids.shape());
   const index_t V = table.shape()[0], D = table.shape()[1];
   for (index_t i = 0; i < ids.numel(); ++i)
@@ -303,7 +309,8 @@ Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
   auto [y, node] = tape.push(out, "embedding", table.requires_grad());
   const T* w = table.value().data();
   T* yv = node.value->data();
-  parallel_for(ids.numel(), double(D), [&](index_t p) { std::copy_n(w + ids[p] * D, D, yv + p * D); });
+  parallel_for(ids.numel(), double(D),
+               [&](index_t p) { std::copy_n(w + ids[p] * D, D, yv + p * D); });
   if (node.requires_grad) node.saved_index.assign(ids.begin(), ids.end());
   tape.set_backward(node, detail::EmbeddingOp{table.index()});
   return y;
@@ -313,14 +320,17 @@ Var<T> embedding(const Var<T>& table, const Tensor<std::int32_t>& ids) {
 // logits [..., V]; targets have the logits' shape without the last axis. Targets equal to
 // ignore_index are left out of the mean; if every target is ignored the loss is 0 (not NaN).
 template <Operand X>
-auto cross_entropy(const X& logits_in, const Tensor<std::int32_t>& targets, std::int32_t ignore_index = -100) {
+auto cross_entropy(const X& logits_in, const Tensor<std::int32_t>& targets,
+                   std::int32_t ignore_index = -100) {
   const auto logits = eval(logits_in);
   using T = typename decltype(logits)::value_type;
   Tape<T>& tape = logits.tape();
   tape.check(logits, "cross_entropy");
   const Shape& s = logits.shape();
-  ATTN_CHECK(s.rank() >= 1 && targets.numel() * s.last() == s.numel() && targets.rank() == s.rank() - 1, shape_error,
-             "cross_entropy: targets ", targets.shape(), " do not match logits ", s, " without the last axis");
+  ATTN_CHECK(
+      s.rank() >= 1 && targets.numel() * s.last() == s.numel() && targets.rank() == s.rank() - 1,
+      shape_error, "cross_entropy: targets ", targets.shape(), " do not match logits ", s,
+      " without the last axis");
   const index_t V = s.last(), R = targets.numel();
   index_t count = 0;
   for (index_t i = 0; i < R; ++i) {

@@ -78,7 +78,8 @@ Var<T> sum_axis(const Var<T>& x, int axis, bool keepdim, bool mean, const char* 
   parallel_for(sp.outer, double(sp.len * sp.inner), [&](index_t o) {
     for (index_t i = 0; i < sp.inner; ++i) {
       double acc = 0.0;
-      for (index_t j = 0; j < sp.len; ++j) acc += static_cast<double>(src[(o * sp.len + j) * sp.inner + i]);
+      for (index_t j = 0; j < sp.len; ++j)
+        acc += static_cast<double>(src[(o * sp.len + j) * sp.inner + i]);
       dst[o * sp.inner + i] = static_cast<T>(acc * scale);
     }
   });

@@ -28,7 +28,9 @@ struct ReshapeOp {
 struct AxisSplit {
   index_t outer, len, inner;
 };
-inline AxisSplit split_at(const Shape& s, int axis) { return {s.numel() / std::max<index_t>(s[axis] * s.stride(axis), 1), s[axis], s.stride(axis)}; }
+inline AxisSplit split_at(const Shape& s, int axis) {
+  return {s.numel() / std::max<index_t>(s[axis] * s.stride(axis), 1), s[axis], s.stride(axis)};
+}
 
 struct SliceOp {
   std::int32_t x;
@@ -84,10 +86,12 @@ auto reshape(const X& x_in, const Shape& shape) {
   using T = typename decltype(x)::value_type;
   Tape<T>& tape = x.tape();
   tape.check(x, "reshape");
-  ATTN_CHECK(shape.numel() == x.numel(), shape_error, "reshape: cannot view ", x.shape(), " (", x.numel(),
-             " elements) as ", shape, " (", shape.numel(), " elements)");
+  ATTN_CHECK(shape.numel() == x.numel(), shape_error, "reshape: cannot view ", x.shape(), " (",
+             x.numel(), " elements) as ", shape, " (", shape.numel(), " elements)");
   auto [y, node] = tape.push(shape, "reshape", x.requires_grad());
-  if (x.numel() > 0) std::memcpy(node.value->data(), x.value().data(), static_cast<std::size_t>(x.numel()) * sizeof(T));
+  if (x.numel() > 0)
+    std::memcpy(node.value->data(), x.value().data(),
+                static_cast<std::size_t>(x.numel()) * sizeof(T));
   tape.set_backward(node, detail::ReshapeOp{x.index()});
   return y;
 }
@@ -101,8 +105,8 @@ auto slice(const X& x_in, index_t begin, index_t end, int axis = -1) {
   tape.check(x, "slice");
   const Shape& s = x.shape();
   const int ax = s.normalize_axis(axis, "slice");
-  ATTN_CHECK(0 <= begin && begin <= end && end <= s[ax], value_error, "slice: range [", begin, ", ", end,
-             ") is not inside axis ", ax, " of shape ", s);
+  ATTN_CHECK(0 <= begin && begin <= end && end <= s[ax], value_error, "slice: range [", begin, ", ",
+             end, ") is not inside axis ", ax, " of shape ", s);
   std::array<index_t, 4> dims{};
   for (int i = 0; i < s.rank(); ++i) dims[static_cast<std::size_t>(i)] = s[i];
   dims[static_cast<std::size_t>(ax)] = end - begin;
@@ -149,7 +153,8 @@ Var<T> concat(std::span<const Var<T>> xs, int axis = -1) {
     const index_t run = x.shape()[ax] * os.inner;
     const T* src = x.value().data();
     T* dst = node.value->data() + offset * os.inner;
-    parallel_for(os.outer, double(run), [&](index_t o) { std::copy_n(src + o * run, run, dst + o * os.len * os.inner); });
+    parallel_for(os.outer, double(run),
+                 [&](index_t o) { std::copy_n(src + o * run, run, dst + o * os.len * os.inner); });
     offset += x.shape()[ax];
     node.saved_index.push_back(x.index());
   }

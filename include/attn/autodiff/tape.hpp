@@ -52,8 +52,8 @@ struct Node {
   std::string_view name;   // operation name, for messages
   void (*backward)(Tape<T>&, Node&) = nullptr;
   alignas(std::max_align_t) std::byte payload[node_payload_bytes];
-  std::vector<Tensor<T>> saved;            // tensors kept for backward; buffers reused by clear()
-  std::vector<std::int32_t> saved_index;   // integer data kept for backward (token ids, targets)
+  std::vector<Tensor<T>> saved;           // tensors kept for backward; buffers reused by clear()
+  std::vector<std::int32_t> saved_index;  // integer data kept for backward (token ids, targets)
 
   Node() = default;
   Node(const Node&) = delete;
@@ -79,7 +79,7 @@ class Var {
 
   // Materialises an elementwise expression into one node (defined in expression.hpp).
   template <class E>
-    requires requires { typename E::is_attn_expression; }
+  requires requires { typename E::is_attn_expression; }
   Var(const E& e);  // NOLINT(google-explicit-constructor): lets `Var y = x * w + b;` read naturally
 
   const Tensor<T>& value() const { return *node().value; }
@@ -131,8 +131,8 @@ class Tape {
 
   // A trainable parameter: the node refers to p's value and accumulates into p.grad.
   Var<T> param(Parameter<T>& p) {
-    ATTN_CHECK(p.grad.shape() == p.value.shape(), shape_error, "Tape::param: gradient shape ", p.grad.shape(),
-               " differs from value shape ", p.value.shape());
+    ATTN_CHECK(p.grad.shape() == p.value.shape(), shape_error, "Tape::param: gradient shape ",
+               p.grad.shape(), " differs from value shape ", p.value.shape());
     Node<T>& n = next_node();
     n.value = &p.value;
     n.grad = &p.grad;
@@ -160,7 +160,8 @@ class Tape {
   // depends on a Var with requires_grad receives d loss / d node. Parameters accumulate.
   void backward(const Var<T>& loss) {
     check(loss, "backward");
-    ATTN_CHECK(loss.numel() == 1, shape_error, "backward: the loss must have one element, got shape ", loss.shape());
+    ATTN_CHECK(loss.numel() == 1, shape_error,
+               "backward: the loss must have one element, got shape ", loss.shape());
     ATTN_CHECK(loss.requires_grad(), value_error,
                "backward: the loss does not depend on anything that requires a gradient");
     for (std::size_t i = 0; i < size_; ++i)
@@ -196,7 +197,8 @@ class Tape {
   // trivially copyable (indices and scalars, no owning members) and fit in the payload.
   template <class Op>
   void set_backward(Node<T>& n, const Op& op) {
-    static_assert(std::is_trivially_copyable_v<Op>, "attn: an operation's saved state must be trivially copyable");
+    static_assert(std::is_trivially_copyable_v<Op>,
+                  "attn: an operation's saved state must be trivially copyable");
     static_assert(sizeof(Op) <= node_payload_bytes && alignof(Op) <= alignof(std::max_align_t),
                   "attn: this elementwise expression is too large to fuse into one node; "
                   "materialise part of it first (assign it to a Var)");
@@ -206,8 +208,12 @@ class Tape {
   }
 
   Node<T>& node(std::int32_t index) { return *nodes_[static_cast<std::size_t>(index)]; }
-  const Tensor<T>& value(std::int32_t index) const { return *nodes_[static_cast<std::size_t>(index)]->value; }
-  bool requires_grad(std::int32_t index) const { return nodes_[static_cast<std::size_t>(index)]->requires_grad; }
+  const Tensor<T>& value(std::int32_t index) const {
+    return *nodes_[static_cast<std::size_t>(index)]->value;
+  }
+  bool requires_grad(std::int32_t index) const {
+    return nodes_[static_cast<std::size_t>(index)]->requires_grad;
+  }
 
   // The gradient buffer of node `index` for accumulation (+=): zeroed on first use in a pass.
   Tensor<T>& grad(std::int32_t index) {
@@ -246,7 +252,9 @@ class Tape {
 template <class T>
 class NoGrad {
  public:
-  explicit NoGrad(Tape<T>& tape) : tape_(tape), was_(tape.grad_enabled()) { tape_.set_grad_enabled(false); }
+  explicit NoGrad(Tape<T>& tape) : tape_(tape), was_(tape.grad_enabled()) {
+    tape_.set_grad_enabled(false);
+  }
   ~NoGrad() { tape_.set_grad_enabled(was_); }
   NoGrad(const NoGrad&) = delete;
   NoGrad& operator=(const NoGrad&) = delete;

@@ -50,10 +50,10 @@ std::string message(Args&&... args) {
 // ATTN_CHECK(cond, error_type, parts...): always on (release builds too). Throws
 // error_type(parts...) when cond is false. Used at public entry points only, where the cost of
 // one branch is nothing next to the operation it guards.
-#define ATTN_CHECK(cond, error_type, ...)                           \
-  do {                                                              \
-    if (!(cond)) [[unlikely]]                                       \
-      throw error_type(::attn::detail::message(__VA_ARGS__));       \
+#define ATTN_CHECK(cond, error_type, ...)                     \
+  do {                                                        \
+    if (!(cond)) [[unlikely]]                                 \
+      throw error_type(::attn::detail::message(__VA_ARGS__)); \
   } while (false)
 
 // ATTN_ASSERT(cond): debug-only sanity check for inner loops; compiled out with NDEBUG.

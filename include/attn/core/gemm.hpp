@@ -16,10 +16,10 @@ namespace detail {
 
 // One block of the product, single-threaded: C[r0:r0+m, c0:c0+n] (+)= op(A)[rows] op(B)[cols].
 template <class T>
-void gemm_block(const T* a, bool ta, const T* b, bool tb, T* c, index_t m_total, index_t n_total, index_t k,
-                index_t r0, index_t m, index_t c0, index_t n, bool accumulate) {
-  Eigen::Map<RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>> out(c + r0 * n_total + c0, m, n,
-                                                                         Eigen::OuterStride<>(n_total));
+void gemm_block(const T* a, bool ta, const T* b, bool tb, T* c, index_t m_total, index_t n_total,
+                index_t k, index_t r0, index_t m, index_t c0, index_t n, bool accumulate) {
+  Eigen::Map<RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>> out(
+      c + r0 * n_total + c0, m, n, Eigen::OuterStride<>(n_total));
   // Four spellings so that Eigen sees plain (possibly transposed) maps and picks its GEMM kernel.
   auto run = [&](const auto& lhs, const auto& rhs) {
     if (accumulate)
@@ -44,13 +44,16 @@ void gemm_block(const T* a, bool ta, const T* b, bool tb, T* c, index_t m_total,
 
 // Row/column block size for splitting an output dimension of length n: about 16 blocks, none
 // smaller than 64. Depends only on n.
-constexpr index_t gemm_block_size(index_t n) { return std::max<index_t>(64, (n / 16 + 15) / 16 * 16); }
+constexpr index_t gemm_block_size(index_t n) {
+  return std::max<index_t>(64, (n / 16 + 15) / 16 * 16);
+}
 
 // C [M, N] = op(A) op(B) (+ C when accumulate), with op(A) [M, K] and op(B) [K, N]; A is stored
 // [M, K] or, when ta, [K, M]; B is stored [K, N] or, when tb, [N, K]. Parallel over blocks of
 // the longer output dimension; call it from outside any parallel region.
 template <class T>
-void gemm(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, index_t n, index_t k, bool accumulate = false) {
+void gemm(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, index_t n, index_t k,
+          bool accumulate = false) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) std::fill(c, c + m * n, T{0});

@@ -36,7 +36,8 @@ inline void set_num_threads(int n) {
 // (n * cost_per_item, in rough flops) is worth waking threads for. Items must be independent.
 template <class F>
 void parallel_for(index_t n, double cost_per_item, F&& f) {
-  [[maybe_unused]] const bool parallel = n > 1 && static_cast<double>(n) * cost_per_item >= 131072.0;
+  [[maybe_unused]] const bool parallel =
+      n > 1 && static_cast<double>(n) * cost_per_item >= 131072.0;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (parallel)
 #endif
@@ -44,6 +45,8 @@ void parallel_for(index_t n, double cost_per_item, F&& f) {
 }
 
 // Number of fixed-size blocks covering [0, n).
-constexpr index_t block_count(index_t n, index_t block) { return (n + block - 1) / block; }
+constexpr index_t block_count(index_t n, index_t block) {
+  return (n + block - 1) / block;
+}
 
 }  // namespace attn

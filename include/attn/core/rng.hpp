@@ -22,19 +22,25 @@ constexpr std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-__extension__ using uint128 = unsigned __int128;  // GCC/Clang extension; __extension__ keeps -Wpedantic quiet
+__extension__ using uint128 =
+    unsigned __int128;  // GCC/Clang extension; __extension__ keeps -Wpedantic quiet
 
-constexpr std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+constexpr std::uint64_t rotl(std::uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 }  // namespace detail
 
 // Uniform double in [0, 1) from the top 53 bits of a 64-bit word.
-constexpr double bits_to_unit_double(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+constexpr double bits_to_unit_double(std::uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
 
 // A uniform double in [0, 1) that depends only on (seed, counter): the same value whichever thread
 // draws it, so parallel loops (dropout masks) give the same result for every thread count.
 constexpr double hash_uniform(std::uint64_t seed, std::uint64_t counter) {
-  return bits_to_unit_double(detail::splitmix64(detail::splitmix64(seed) ^ (counter * 0xD1B54A32D192ED03ull)));
+  return bits_to_unit_double(
+      detail::splitmix64(detail::splitmix64(seed) ^ (counter * 0xD1B54A32D192ED03ull)));
 }
 
 // xoshiro256** 1.0 (Blackman & Vigna): fast, 256-bit state, passes BigCrush. Every draw is

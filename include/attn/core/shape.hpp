@@ -22,7 +22,9 @@ class Shape {
 
   Shape() = default;  // rank 0: a scalar
 
-  Shape(std::initializer_list<index_t> dims) { assign(std::span<const index_t>(dims.begin(), dims.size())); }
+  Shape(std::initializer_list<index_t> dims) {
+    assign(std::span<const index_t>(dims.begin(), dims.size()));
+  }
 
   explicit Shape(std::span<const index_t> dims) { assign(dims); }
 
@@ -31,7 +33,9 @@ class Shape {
   index_t operator[](int axis) const { return dims_[static_cast<std::size_t>(axis)]; }
 
   // Dimension along `axis`; negative axes count from the end (-1 is the last).
-  index_t dim(int axis) const { return dims_[static_cast<std::size_t>(normalize_axis(axis, "Shape::dim"))]; }
+  index_t dim(int axis) const {
+    return dims_[static_cast<std::size_t>(normalize_axis(axis, "Shape::dim"))];
+  }
 
   index_t numel() const {
     index_t n = 1;
@@ -54,14 +58,16 @@ class Shape {
   // Maps a possibly negative axis into [0, rank); throws value_error naming `op` otherwise.
   int normalize_axis(int axis, const char* op) const {
     const int a = axis < 0 ? axis + rank_ : axis;
-    ATTN_CHECK(a >= 0 && a < rank_, value_error, op, ": axis ", axis, " out of range for shape ", *this);
+    ATTN_CHECK(a >= 0 && a < rank_, value_error, op, ": axis ", axis, " out of range for shape ",
+               *this);
     return a;
   }
 
   friend bool operator==(const Shape& a, const Shape& b) {
     if (a.rank_ != b.rank_) return false;
     for (int i = 0; i < a.rank_; ++i)
-      if (a.dims_[static_cast<std::size_t>(i)] != b.dims_[static_cast<std::size_t>(i)]) return false;
+      if (a.dims_[static_cast<std::size_t>(i)] != b.dims_[static_cast<std::size_t>(i)])
+        return false;
     return true;
   }
 

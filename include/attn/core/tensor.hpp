@@ -29,7 +29,7 @@ namespace detail {
 inline constexpr std::size_t tensor_alignment = 64;
 
 struct AlignedDelete {
-  void operator()(void* p) const { ::operator delete(p, std::align_val_t{tensor_alignment}); }
+  void operator()(void* p) const { ::operator delete (p, std::align_val_t{tensor_alignment}); }
 };
 
 }  // namespace detail
@@ -64,11 +64,13 @@ class Tensor {
   }
 
   // A tensor holding `values` in row-major order; their count must match the shape.
-  Tensor(const Shape& shape, std::initializer_list<T> values) : Tensor(shape, std::span<const T>(values.begin(), values.size())) {}
+  Tensor(const Shape& shape, std::initializer_list<T> values)
+      : Tensor(shape, std::span<const T>(values.begin(), values.size())) {}
 
   Tensor(const Shape& shape, std::span<const T> values) {
-    ATTN_CHECK(static_cast<index_t>(values.size()) == shape.numel(), shape_error, "Tensor: ", values.size(),
-               " values given for shape ", shape, " (", shape.numel(), " elements)");
+    ATTN_CHECK(static_cast<index_t>(values.size()) == shape.numel(), shape_error,
+               "Tensor: ", values.size(), " values given for shape ", shape, " (", shape.numel(),
+               " elements)");
     resize(shape);
     std::copy(values.begin(), values.end(), data_.get());
   }
@@ -80,7 +82,8 @@ class Tensor {
   Tensor& operator=(const Tensor& other) {
     if (this != &other) {
       resize(other.shape_);
-      if (numel() > 0) std::memcpy(data_.get(), other.data_.get(), static_cast<std::size_t>(numel()) * sizeof(T));
+      if (numel() > 0)
+        std::memcpy(data_.get(), other.data_.get(), static_cast<std::size_t>(numel()) * sizeof(T));
     }
     return *this;
   }
@@ -103,9 +106,8 @@ class Tensor {
   static Tensor full(const Shape& shape, T value) { return Tensor(shape, value); }
 
   // Samples from N(mean, stddev^2) drawn from `rng` in row-major order.
-  static Tensor randn(const Shape& shape, Rng& rng, double mean = 0.0, double stddev = 1.0)
-    requires std::floating_point<T>
-  {
+  static Tensor randn(const Shape& shape, Rng& rng, double mean = 0.0,
+                      double stddev = 1.0) requires std::floating_point<T> {
     Tensor t;
     t.resize(shape);
     for (index_t i = 0; i < t.numel(); ++i) t.data_[i] = static_cast<T>(rng.normal(mean, stddev));
@@ -113,9 +115,8 @@ class Tensor {
   }
 
   // Samples from U[lo, hi) drawn from `rng` in row-major order.
-  static Tensor uniform(const Shape& shape, Rng& rng, double lo = 0.0, double hi = 1.0)
-    requires std::floating_point<T>
-  {
+  static Tensor uniform(const Shape& shape, Rng& rng, double lo = 0.0,
+                        double hi = 1.0) requires std::floating_point<T> {
     Tensor t;
     t.resize(shape);
     for (index_t i = 0; i < t.numel(); ++i) t.data_[i] = static_cast<T>(rng.uniform(lo, hi));
@@ -135,8 +136,8 @@ class Tensor {
   void resize(const Shape& shape) {
     const index_t n = shape.numel();
     if (n > capacity_) {
-      data_.reset(static_cast<T*>(::operator new(static_cast<std::size_t>(n) * sizeof(T),
-                                                 std::align_val_t{detail::tensor_alignment})));
+      data_.reset(static_cast<T*>(::operator new (static_cast<std::size_t>(n) * sizeof(T),
+                                                  std::align_val_t{detail::tensor_alignment})));
       capacity_ = n;
     }
     shape_ = shape;
@@ -144,8 +145,8 @@ class Tensor {
 
   // Reinterprets the same elements with another shape of the same element count.
   void reshape(const Shape& shape) {
-    ATTN_CHECK(shape.numel() == numel(), shape_error, "reshape: cannot view ", shape_, " (", numel(),
-               " elements) as ", shape, " (", shape.numel(), " elements)");
+    ATTN_CHECK(shape.numel() == numel(), shape_error, "reshape: cannot view ", shape_, " (",
+               numel(), " elements) as ", shape, " (", shape.numel(), " elements)");
     shape_ = shape;
   }
 
@@ -202,18 +203,26 @@ class Tensor {
 
   // A rank-2 tensor as a row-major matrix; a rank-1 tensor as a 1 x n row.
   MatrixMap<T> matrix() { return MatrixMap<T>(data(), rows2d("matrix"), shape_.last()); }
-  ConstMatrixMap<T> matrix() const { return ConstMatrixMap<T>(data(), rows2d("matrix"), shape_.last()); }
+  ConstMatrixMap<T> matrix() const {
+    return ConstMatrixMap<T>(data(), rows2d("matrix"), shape_.last());
+  }
 
   // Slice b of a rank-3 tensor [B, M, N] as an M x N matrix.
   MatrixMap<T> matrix(index_t b) { return slice_map<MatrixMap<T>>(this->data(), b); }
-  ConstMatrixMap<T> matrix(index_t b) const { return slice_map<ConstMatrixMap<T>>(this->data(), b); }
+  ConstMatrixMap<T> matrix(index_t b) const {
+    return slice_map<ConstMatrixMap<T>>(this->data(), b);
+  }
 
   // Slice (b, h) of a rank-4 tensor [B, H, M, N] as an M x N matrix.
   MatrixMap<T> matrix(index_t b, index_t h) { return slice_map<MatrixMap<T>>(this->data(), b, h); }
-  ConstMatrixMap<T> matrix(index_t b, index_t h) const { return slice_map<ConstMatrixMap<T>>(this->data(), b, h); }
+  ConstMatrixMap<T> matrix(index_t b, index_t h) const {
+    return slice_map<ConstMatrixMap<T>>(this->data(), b, h);
+  }
 
   // Every leading axis folded into the rows: [..., N] as a (numel / N) x N matrix.
-  MatrixMap<T> rows() { return MatrixMap<T>(data(), numel() / std::max<index_t>(shape_.last(), 1), shape_.last()); }
+  MatrixMap<T> rows() {
+    return MatrixMap<T>(data(), numel() / std::max<index_t>(shape_.last(), 1), shape_.last());
+  }
   ConstMatrixMap<T> rows() const {
     return ConstMatrixMap<T>(data(), numel() / std::max<index_t>(shape_.last(), 1), shape_.last());
   }
@@ -235,29 +244,30 @@ class Tensor {
     int axis = 0;
     (
         [&](index_t i) {
-          ATTN_CHECK(i >= 0 && i < shape_[axis], value_error, "Tensor::at: index ", i, " out of range for axis ",
-                     axis, " of shape ", shape_);
+          ATTN_CHECK(i >= 0 && i < shape_[axis], value_error, "Tensor::at: index ", i,
+                     " out of range for axis ", axis, " of shape ", shape_);
           ++axis;
         }(static_cast<index_t>(idx)),
         ...);
   }
 
   index_t rows2d(const char* op) const {
-    ATTN_CHECK(rank() == 1 || rank() == 2, shape_error, "Tensor::", op, ": needs rank 1 or 2, got shape ", shape_);
+    ATTN_CHECK(rank() == 1 || rank() == 2, shape_error, "Tensor::", op,
+               ": needs rank 1 or 2, got shape ", shape_);
     return rank() == 1 ? 1 : shape_[0];
   }
 
   template <class Map, class Ptr, class... I>
   Map slice_map(Ptr base, I... idx) const {
     constexpr int r = static_cast<int>(sizeof...(I)) + 2;
-    ATTN_CHECK(rank() == r, shape_error, "Tensor::matrix: ", sizeof...(I), " slice indices need rank ", r,
-               ", got shape ", shape_);
+    ATTN_CHECK(rank() == r, shape_error, "Tensor::matrix: ", sizeof...(I),
+               " slice indices need rank ", r, ", got shape ", shape_);
     index_t off = 0;
     int axis = 0;
     (
         [&](index_t i) {
-          ATTN_CHECK(i >= 0 && i < shape_[axis], value_error, "Tensor::matrix: index ", i, " out of range for axis ",
-                     axis, " of shape ", shape_);
+          ATTN_CHECK(i >= 0 && i < shape_[axis], value_error, "Tensor::matrix: index ", i,
+                     " out of range for axis ", axis, " of shape ", shape_);
           off = off * shape_[axis] + i;
           ++axis;
         }(static_cast<index_t>(idx)),
@@ -274,7 +284,8 @@ class Tensor {
 // Largest |a_i - b_i|; throws shape_error when the shapes differ.
 template <class T>
 double max_abs_diff(const Tensor<T>& a, const Tensor<T>& b) {
-  ATTN_CHECK(a.shape() == b.shape(), shape_error, "max_abs_diff: shapes differ: ", a.shape(), " vs ", b.shape());
+  ATTN_CHECK(a.shape() == b.shape(), shape_error, "max_abs_diff: shapes differ: ", a.shape(),
+             " vs ", b.shape());
   double m = 0.0;
   for (index_t i = 0; i < a.numel(); ++i)
     m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
