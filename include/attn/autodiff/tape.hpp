@@ -54,10 +54,26 @@ struct Node {
   alignas(std::max_align_t) std::byte payload[node_payload_bytes];
   std::vector<Tensor<T>> saved;           // tensors kept for backward; buffers reused by clear()
   std::vector<std::int32_t> saved_index;  // integer data kept for backward (token ids, targets)
+  std::shared_ptr<void> keep;             // an object backward needs that is not trivially copyable
+  const void* keep_type = nullptr;        // identifies the type held by `keep`
 
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
+
+  // Keeps a copy of `u` alive with the node and returns it. Reuses the held object when it has
+  // the same type (copy-assignment), so a steady-state step does not allocate.
+  template <class U>
+  const U* keep_value(const U& u) {
+    static constexpr char tag = 0;
+    if (keep_type == &tag && keep) {
+      *static_cast<U*>(keep.get()) = u;
+    } else {
+      keep = std::make_shared<U>(u);
+      keep_type = &tag;
+    }
+    return static_cast<const U*>(keep.get());
+  }
 
   // The operation struct stored by Tape::set_backward.
   template <class Op>
