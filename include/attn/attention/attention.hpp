@@ -1,0 +1,95 @@
+// attn/attention/attention.hpp: the Attention<Score, Kernel, Mask> operator on per-head tensors
+// q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv]. The path is chosen at compile time:
+//   Softmax                          -> online softmax, tiled, masked tiles skipped (fused)
+//   Polynomial<C>                    -> materialised weights
+//   feature maps, mask None / Causal -> linear attention, O(T F Dv)
+//   feature maps, other masks        -> materialised weights of φ(q)·φ(k)
+// Does not project or split heads; MultiHeadAttention (multi_head.hpp) does.
+#pragma once
+
+#include <type_traits>
+
+#include "kernel.hpp"
+#include "linear.hpp"
+#include "mask.hpp"
+#include "materialized.hpp"
+#include "online_softmax.hpp"
+#include "random_features.hpp"
+#include "reference.hpp"
+#include "score.hpp"
+
+namespace attn {
+
+// Which implementation runs: the compile-time choice above, or the materialised one for every
+// kernel (the plain-GEMM path; tests compare the two).
+enum class AttentionPath { automatic, materialized };
+
+template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
+          MaskPolicy Mask = mask::None>
+struct Attention {
+  static_assert(
+      !Kernel::feature_map || std::is_same_v<Score, score::Dot> ||
+          std::is_same_v<Score, score::ScaledDot>,
+      "attn: feature-map kernels need an inner-product score (score::Dot or score::ScaledDot)");
+
+  Score score{};
+  Kernel kernel{};
+  Mask mask{};
+  AttentionPath path = AttentionPath::automatic;
+
+  // True when this combination runs in O(T) memory and time per query row (no T x T matrix).
+  static constexpr bool linear_path = Kernel::feature_map && (std::is_same_v<Mask, mask::None> ||
+                                                              std::is_same_v<Mask, mask::Causal>);
+
+  // o = attention(q, k, v). With `weights`, also writes the [B, H, Tq, Tk] weights (analysis;
+  // for feature-map kernels this takes the materialised path).
+  template <class T>
+  Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                    Tensor<T>* weights = nullptr) const {
+    if constexpr (Kernel::feature_map) {
+      const T c = static_cast<T>(detail::feature_input_scale<Score>(q.shape().last()));
+      Var<T> fq, fk;
+      if constexpr (std::is_same_v<Kernel, kernel::EluPlusOne>) {
+        fq = elu(c * q) + T{1};
+        fk = elu(c * k) + T{1};
+      } else if constexpr (std::is_same_v<Kernel, kernel::Relu>) {
+        fq = relu(c * q);
+        fk = relu(c * k);
+      } else {
+        const Var<T> r =
+            q.tape().leaf(random_feature_matrix<T>(kernel.features, q.shape().last(), kernel.seed));
+        fq = random_feature_map(eval(c * q), r, true);
+        fk = random_feature_map(eval(c * k), r, false);
+      }
+      if constexpr (linear_path) {
+        if (path == AttentionPath::automatic && weights == nullptr)
+          return linear_attention(fq, fk, v, std::is_same_v<Mask, mask::Causal>);
+      }
+      return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
+                                    {detail::MaterializedKernel::Kind::identity, 1}, mask, weights);
+    } else {
+      const detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q,
+                                          Score::beta_k};
+      if constexpr (std::is_same_v<Kernel, kernel::Softmax>) {
+        if (path == AttentionPath::automatic)
+          return online_softmax_attention(q, k, v, score, mask, weights);
+        return materialized_attention(q, k, v, form, {detail::MaterializedKernel::Kind::exp, 1},
+                                      mask, weights);
+      } else {
+        return materialized_attention(q, k, v, form,
+                                      {detail::MaterializedKernel::Kind::power, Kernel::degree},
+                                      mask, weights);
+      }
+    }
+  }
+};
+
+// attention<Score, Kernel>(q, k, v, mask): the operator as one call.
+template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
+          MaskPolicy Mask = mask::None, class T>
+Var<T> attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& mask = {},
+                 Tensor<T>* weights = nullptr) {
+  return Attention<Score, Kernel, Mask>{Score{}, Kernel{}, mask}(q, k, v, weights);
+}
+
+}  // namespace attn

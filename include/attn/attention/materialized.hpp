@@ -1,0 +1,221 @@
+// attn/attention/materialized.hpp: attention that forms each head's Tq x Tk weight matrix,
+// for kernels without an online form (Polynomial<C>, feature maps under arbitrary masks) and as
+// the plain-GEMM path the fused kernel is measured against. Does not tile: memory is O(T²) per
+// head in flight (one head per thread at a time).
+//
+// S = alpha A Bᵀ + beta_a ‖a_i‖² + beta_b ‖b_j‖²,  K = κ(S) on allowed entries (0 elsewhere),
+// W = K / rowsum(K) (a row summing to 0 gives W = 0),  O = W V.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "online_softmax.hpp"
+
+namespace attn {
+
+namespace detail {
+
+// The scalar kernel and its derivative, as the materialised path needs them. Softmax is
+// evaluated as exp(s − rowmax) (the factor cancels in W), so its derivative is K itself.
+struct MaterializedKernel {
+  enum class Kind { exp, power, identity } kind = Kind::exp;
+  int degree = 1;
+
+  template <class T>
+  T value(T s) const {
+    switch (kind) {
+      case Kind::exp:
+        return std::exp(s);
+      case Kind::power:
+        return static_cast<T>(std::pow(s, degree));
+      case Kind::identity:
+        break;
+    }
+    return s;
+  }
+  template <class T>
+  T derivative(T s, T k) const {
+    switch (kind) {
+      case Kind::exp:
+        return k;
+      case Kind::power:
+        return static_cast<T>(degree * std::pow(s, degree - 1));
+      case Kind::identity:
+        break;
+    }
+    return T{1};
+  }
+};
+
+struct MaterializedForm {
+  double alpha = 1, beta_a = 0, beta_b = 0;
+};
+
+template <class T>
+struct MaterializedScratch {
+  Mat<T> s, k, w, dw;
+  Col<T> z, an, bn;
+};
+
+template <class T>
+MaterializedScratch<T>& materialized_scratch() {
+  thread_local MaterializedScratch<T> scratch;
+  return scratch;
+}
+
+// Scores, kernel values and weights of head (b, h) into sc.s, sc.k, sc.w; sc.z the row sums.
+template <class T, MaskPolicy Mask>
+void materialize_head(const MaterializedForm& form, const MaterializedKernel& kappa,
+                      const Mask& mask, const AttentionGeometry& g, const T* a, const T* bk,
+                      index_t b, index_t h, MaterializedScratch<T>& sc) {
+  const index_t hk = h / g.group();
+  Eigen::Map<const Mat<T>> A(a + g.q_off(b, h, 0), g.Tq, g.Dh);
+  Eigen::Map<const Mat<T>> Bm(bk + g.k_off(b, hk, 0), g.Tk, g.Dh);
+  sc.s.resize(g.Tq, g.Tk);
+  sc.s.noalias() = A * Bm.transpose();
+  sc.s *= static_cast<T>(form.alpha);
+  if (form.beta_a != 0) sc.s.colwise() += static_cast<T>(form.beta_a) * A.rowwise().squaredNorm();
+  if (form.beta_b != 0)
+    sc.s.rowwise() += static_cast<T>(form.beta_b) * Bm.rowwise().squaredNorm().transpose();
+  sc.k.resize(g.Tq, g.Tk);
+  sc.z.resize(g.Tq);
+  for (index_t i = 0; i < g.Tq; ++i) {
+    T shift = 0;
+    if (kappa.kind == MaterializedKernel::Kind::exp) {
+      shift = -std::numeric_limits<T>::infinity();
+      for (index_t j = 0; j < g.Tk; ++j)
+        if (mask.allowed(b, i, j, g.Tq, g.Tk)) shift = std::max(shift, sc.s(i, j));
+      if (shift == -std::numeric_limits<T>::infinity()) shift = 0;
+    }
+    T z = 0;
+    for (index_t j = 0; j < g.Tk; ++j) {
+      const T kv = mask.allowed(b, i, j, g.Tq, g.Tk) ? kappa.value(sc.s(i, j) - shift) : T{0};
+      sc.k(i, j) = kv;
+      z += kv;
+    }
+    sc.z(i) = z;
+  }
+  sc.w = sc.k;
+  for (index_t i = 0; i < g.Tq; ++i) {
+    if (sc.z(i) != T{0})
+      sc.w.row(i) /= sc.z(i);
+    else
+      sc.w.row(i).setZero();
+  }
+}
+
+template <MaskPolicy Mask>
+struct MaterializedOp {
+  std::int32_t a, bk, v;
+  AttentionGeometry g;
+  MaterializedForm form;
+  MaterializedKernel kappa;
+  const Mask* mask;
+
+  // O = W V, W = K / z:  dV = Wᵀ dO,  dW = dO Vᵀ,  dK_ij = (dW_ij − Σ_l dW_il W_il) / z_i,
+  // dS = dK ∘ κ'(S),  dA = alpha dS B + 2 beta_a rowsum(dS) ∘ a,
+  // dB = alpha dSᵀ A + 2 beta_b colsum(dS) ∘ b.
+  // Heads sharing a key/value head (grouped query) are summed in head order on one thread.
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    const T* av = tape.value(a).data();
+    const T* bv = tape.value(bk).data();
+    const T* vv = tape.value(v).data();
+    const T* dov = self.grad->data();
+    T* da = tape.requires_grad(a) ? tape.grad(a).data() : nullptr;
+    T* db = tape.requires_grad(bk) ? tape.grad(bk).data() : nullptr;
+    T* dv = tape.requires_grad(v) ? tape.grad(v).data() : nullptr;
+    const double cost = 8.0 * double(g.Tq) * double(g.Tk) * double(g.Dh + g.Dv) * double(g.group());
+    parallel_for(g.B * g.Hk, cost, [&](index_t task) {
+      const index_t hk = task % g.Hk, b = task / g.Hk;
+      MaterializedScratch<T>& sc = materialized_scratch<T>();
+      for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
+        materialize_head(form, kappa, *mask, g, av, bv, b, h, sc);
+        Eigen::Map<const Mat<T>> dO(dov + g.o_off(b, h, 0), g.Tq, g.Dv);
+        Eigen::Map<const Mat<T>> V(vv + g.v_off(b, hk, 0), g.Tk, g.Dv);
+        if (dv)
+          Eigen::Map<Mat<T>>(dv + g.v_off(b, hk, 0), g.Tk, g.Dv).noalias() += sc.w.transpose() * dO;
+        if (!da && !db) continue;
+        sc.dw.resize(g.Tq, g.Tk);
+        sc.dw.noalias() = dO * V.transpose();
+        for (index_t i = 0; i < g.Tq; ++i) {
+          if (sc.z(i) == T{0}) {
+            sc.dw.row(i).setZero();
+            continue;
+          }
+          const T dot = sc.dw.row(i).dot(sc.w.row(i));
+          for (index_t j = 0; j < g.Tk; ++j) {
+            const T dk = (sc.dw(i, j) - dot) / sc.z(i);
+            sc.dw(i, j) = mask->allowed(b, i, j, g.Tq, g.Tk)
+                              ? dk * kappa.derivative(sc.s(i, j), sc.k(i, j))
+                              : T{0};
+          }
+        }
+        // sc.dw now holds dS.
+        Eigen::Map<const Mat<T>> A(av + g.q_off(b, h, 0), g.Tq, g.Dh);
+        Eigen::Map<const Mat<T>> Bm(bv + g.k_off(b, hk, 0), g.Tk, g.Dh);
+        if (da) {
+          Eigen::Map<Mat<T>> dA(da + g.q_off(b, h, 0), g.Tq, g.Dh);
+          dA.noalias() += static_cast<T>(form.alpha) * (sc.dw * Bm);
+          if (form.beta_a != 0)
+            dA += (static_cast<T>(2 * form.beta_a) * sc.dw.rowwise().sum()).asDiagonal() * A;
+        }
+        if (db) {
+          Eigen::Map<Mat<T>> dB(db + g.k_off(b, hk, 0), g.Tk, g.Dh);
+          dB.noalias() += static_cast<T>(form.alpha) * (sc.dw.transpose() * A);
+          if (form.beta_b != 0)
+            dB +=
+                (static_cast<T>(2 * form.beta_b) * sc.dw.colwise().sum().transpose()).asDiagonal() *
+                Bm;
+        }
+      }
+    });
+  }
+};
+
+}  // namespace detail
+
+// O = normalise(κ(S) on the allowed entries) V with S = alpha A Bᵀ + beta_a ‖a‖² + beta_b ‖b‖²;
+// `weights`, when given, receives W [B, H, Tq, Tk].
+template <MaskPolicy Mask, class T>
+Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v,
+                              const detail::MaterializedForm& form,
+                              const detail::MaterializedKernel& kappa, const Mask& mask,
+                              Tensor<T>* weights = nullptr) {
+  Tape<T>& tape = a.tape();
+  tape.check(a, "attention");
+  tape.check(bk, "attention");
+  tape.check(v, "attention");
+  const detail::AttentionGeometry g =
+      detail::attention_geometry(a.shape(), bk.shape(), v.shape(), "attention");
+  mask.validate(g.B, g.Tq, g.Tk);
+  auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
+                             a.requires_grad() || bk.requires_grad() || v.requires_grad());
+  if (weights) weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
+  const T* av = a.value().data();
+  const T* bv = bk.value().data();
+  const T* vv = v.value().data();
+  T* ov = node.value->data();
+  parallel_for(
+      g.B * g.H, 4.0 * double(g.Tq) * double(g.Tk) * double(g.Dh + g.Dv), [&](index_t task) {
+        const index_t h = task % g.H, b = task / g.H;
+        detail::MaterializedScratch<T>& sc = detail::materialized_scratch<T>();
+        detail::materialize_head(form, kappa, mask, g, av, bv, b, h, sc);
+        Eigen::Map<const detail::Mat<T>> V(vv + g.v_off(b, h / g.group(), 0), g.Tk, g.Dv);
+        Eigen::Map<detail::Mat<T>>(ov + g.o_off(b, h, 0), g.Tq, g.Dv).noalias() = sc.w * V;
+        if (weights)
+          Eigen::Map<detail::Mat<T>>(weights->data() + (b * g.H + h) * g.Tq * g.Tk, g.Tq, g.Tk) =
+              sc.w;
+      });
+  if (node.requires_grad) {
+    const Mask* stored = node.template keep_value<Mask>(mask);
+    tape.set_backward(node, detail::MaterializedOp<Mask>{a.index(), bk.index(), v.index(), g, form,
+                                                         kappa, stored});
+  }
+  return o;
+}
+
+}  // namespace attn
