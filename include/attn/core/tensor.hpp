@@ -232,7 +232,7 @@ class Tensor {
   index_t offset(I... idx) const {
     ATTN_ASSERT(static_cast<int>(sizeof...(I)) == rank());
     index_t off = 0;
-    int axis = 0;
+    [[maybe_unused]] int axis = 0;
     ((off = off * shape_[axis++] + static_cast<index_t>(idx)), ...);
     return off;
   }
@@ -241,7 +241,7 @@ class Tensor {
   void check_index(I... idx) const {
     ATTN_CHECK(static_cast<int>(sizeof...(I)) == rank(), shape_error, "Tensor::at: ", sizeof...(I),
                " indices for a tensor of shape ", shape_);
-    int axis = 0;
+    [[maybe_unused]] int axis = 0;
     (
         [&](index_t i) {
           ATTN_CHECK(i >= 0 && i < shape_[axis], value_error, "Tensor::at: index ", i,
@@ -263,7 +263,7 @@ class Tensor {
     ATTN_CHECK(rank() == r, shape_error, "Tensor::matrix: ", sizeof...(I),
                " slice indices need rank ", r, ", got shape ", shape_);
     index_t off = 0;
-    int axis = 0;
+    [[maybe_unused]] int axis = 0;
     (
         [&](index_t i) {
           ATTN_CHECK(i >= 0 && i < shape_[axis], value_error, "Tensor::matrix: index ", i,
