@@ -36,6 +36,7 @@ struct Attention {
   Kernel kernel{};
   Mask mask{};
   AttentionPath path = AttentionPath::automatic;
+  AttentionDropout dropout{};  // on the weights; set p = 0 (or a new seed per step) as needed
 
   // True when this combination runs in O(T) memory and time per query row (no T x T matrix).
   static constexpr bool linear_path = Kernel::feature_map && (std::is_same_v<Mask, mask::None> ||
@@ -62,23 +63,25 @@ struct Attention {
         fk = random_feature_map(eval(c * k), r, false);
       }
       if constexpr (linear_path) {
-        if (path == AttentionPath::automatic && weights == nullptr)
+        // The linear path never forms the weights, so it cannot return or drop them.
+        if (path == AttentionPath::automatic && weights == nullptr && !dropout.active())
           return linear_attention(fq, fk, v, std::is_same_v<Mask, mask::Causal>);
       }
       return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
-                                    {detail::MaterializedKernel::Kind::identity, 1}, mask, weights);
+                                    {detail::MaterializedKernel::Kind::identity, 1}, mask, weights,
+                                    dropout);
     } else {
       const detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q,
                                           Score::beta_k};
       if constexpr (std::is_same_v<Kernel, kernel::Softmax>) {
         if (path == AttentionPath::automatic)
-          return online_softmax_attention(q, k, v, score, mask, weights);
+          return online_softmax_attention(q, k, v, score, mask, weights, dropout);
         return materialized_attention(q, k, v, form, {detail::MaterializedKernel::Kind::exp, 1},
-                                      mask, weights);
+                                      mask, weights, dropout);
       } else {
         return materialized_attention(q, k, v, form,
                                       {detail::MaterializedKernel::Kind::power, Kernel::degree},
-                                      mask, weights);
+                                      mask, weights, dropout);
       }
     }
   }

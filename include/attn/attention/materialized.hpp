@@ -56,7 +56,7 @@ struct MaterializedForm {
 
 template <class T>
 struct MaterializedScratch {
-  Mat<T> s, k, w, dw;
+  Mat<T> s, k, w, wd, dw;
   Col<T> z, an, bn;
 };
 
@@ -113,6 +113,7 @@ struct MaterializedOp {
   AttentionGeometry g;
   MaterializedForm form;
   MaterializedKernel kappa;
+  AttentionDropout dropout;
   const Mask* mask;
 
   // O = W V, W = K / z:  dV = Wᵀ dO,  dW = dO Vᵀ,  dK_ij = (dW_ij − Σ_l dW_il W_il) / z_i,
@@ -136,11 +137,18 @@ struct MaterializedOp {
         materialize_head(form, kappa, *mask, g, av, bv, b, h, sc);
         Eigen::Map<const Mat<T>> dO(dov + g.o_off(b, h, 0), g.Tq, g.Dv);
         Eigen::Map<const Mat<T>> V(vv + g.v_off(b, hk, 0), g.Tk, g.Dv);
+        // With dropout, O = (W ∘ M) V: dV = (W ∘ M)ᵀ dO and dW = M ∘ (dO Vᵀ).
+        if (dropout.active()) {
+          sc.wd = sc.w;
+          dropout.apply(sc.wd, g.row(b, h, 0), g.Tk, 0);
+        }
         if (dv)
-          Eigen::Map<Mat<T>>(dv + g.v_off(b, hk, 0), g.Tk, g.Dv).noalias() += sc.w.transpose() * dO;
+          Eigen::Map<Mat<T>>(dv + g.v_off(b, hk, 0), g.Tk, g.Dv).noalias() +=
+              (dropout.active() ? sc.wd : sc.w).transpose() * dO;
         if (!da && !db) continue;
         sc.dw.resize(g.Tq, g.Tk);
         sc.dw.noalias() = dO * V.transpose();
+        if (dropout.active()) dropout.apply(sc.dw, g.row(b, h, 0), g.Tk, 0);
         for (index_t i = 0; i < g.Tq; ++i) {
           if (sc.z(i) == T{0}) {
             sc.dw.row(i).setZero();
@@ -184,7 +192,7 @@ template <MaskPolicy Mask, class T>
 Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v,
                               const detail::MaterializedForm& form,
                               const detail::MaterializedKernel& kappa, const Mask& mask,
-                              Tensor<T>* weights = nullptr) {
+                              Tensor<T>* weights = nullptr, const AttentionDropout& dropout = {}) {
   Tape<T>& tape = a.tape();
   tape.check(a, "attention");
   tape.check(bk, "attention");
@@ -205,7 +213,12 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
         detail::MaterializedScratch<T>& sc = detail::materialized_scratch<T>();
         detail::materialize_head(form, kappa, mask, g, av, bv, b, h, sc);
         Eigen::Map<const detail::Mat<T>> V(vv + g.v_off(b, h / g.group(), 0), g.Tk, g.Dv);
-        Eigen::Map<detail::Mat<T>>(ov + g.o_off(b, h, 0), g.Tq, g.Dv).noalias() = sc.w * V;
+        if (dropout.active()) {
+          sc.wd = sc.w;
+          dropout.apply(sc.wd, g.row(b, h, 0), g.Tk, 0);
+        }
+        Eigen::Map<detail::Mat<T>>(ov + g.o_off(b, h, 0), g.Tq, g.Dv).noalias() =
+            (dropout.active() ? sc.wd : sc.w) * V;
         if (weights)
           Eigen::Map<detail::Mat<T>>(weights->data() + (b * g.H + h) * g.Tq * g.Tk, g.Tq, g.Tk) =
               sc.w;
@@ -213,7 +226,7 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
   if (node.requires_grad) {
     const Mask* stored = node.template keep_value<Mask>(mask);
     tape.set_backward(node, detail::MaterializedOp<Mask>{a.index(), bk.index(), v.index(), g, form,
-                                                         kappa, stored});
+                                                         kappa, dropout, stored});
   }
   return o;
 }

@@ -37,6 +37,32 @@ struct AttentionGeometry {
 
 template <class T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+}  // namespace detail
+
+// Dropout on the attention weights: each weight is kept with probability 1 − p and scaled by
+// 1/(1 − p). The decision for (b, h, i, j) is a hash of (seed, position), so forward and backward
+// agree without storing a mask and the result does not depend on the thread count.
+struct AttentionDropout {
+  double p = 0.0;
+  std::uint64_t seed = 0;
+
+  bool active() const { return p > 0.0; }
+  // Multiplies a tile of weights, rows [i0, ...) and columns [j0, ...) of head row base `row0`,
+  // by the kept mask / (1 − p).
+  template <class M>
+  void apply(M& tile, index_t row0, index_t tk, index_t j0) const {
+    using T = typename M::Scalar;
+    const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T{0};
+    for (index_t i = 0; i < tile.rows(); ++i)
+      for (index_t j = 0; j < tile.cols(); ++j) {
+        const auto pos = static_cast<std::uint64_t>((row0 + i) * tk + j0 + j);
+        tile(i, j) = hash_uniform(seed, pos) >= p ? tile(i, j) * keep : T{0};
+      }
+  }
+};
+
+namespace detail {
 template <class T>
 using Col = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
@@ -97,7 +123,7 @@ void weights_from_lse(Mat<T>& s, const T* lse) {
 
 template <class T>
 struct AttentionScratch {
-  Mat<T> s, p, dp, acc, dq, dk, dv;
+  Mat<T> s, p, pm, dp, acc, dq, dk, dv;
   Col<T> m, l, corr;
 };
 
@@ -109,8 +135,9 @@ AttentionScratch<T>& attention_scratch() {
 
 // Forward: o and the per-row log-sum-exp (−∞ for a row with no allowed key).
 template <class T, ScorePolicy Score, MaskPolicy Mask>
-void online_softmax_forward(const Score& score, const Mask& mask, const AttentionGeometry& g,
-                            const T* q, const T* k, const T* v, T* o, T* lse) {
+void online_softmax_forward(const Score& score, const Mask& mask, const AttentionDropout& dropout,
+                            const AttentionGeometry& g, const T* q, const T* k, const T* v, T* o,
+                            T* lse) {
   const index_t qtiles = block_count(g.Tq, attn_query_tile);
   const double cost = 4.0 * double(attn_query_tile) * double(g.Tk) * double(g.Dh + g.Dv);
   parallel_for(g.B * g.H * qtiles, cost, [&](index_t task) {
@@ -137,6 +164,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
       }
       Eigen::Map<const Mat<T>> V(v + g.v_off(b, hk, j0), bc, g.Dv);
       sc.acc.array().colwise() *= sc.corr.array();
+      if (dropout.active())
+        dropout.apply(sc.s, g.row(b, h, i0), g.Tk, j0);  // after l: the sum is of undropped weights
       sc.acc.noalias() += sc.s * V;
     }
     Eigen::Map<Mat<T>> O(o + g.o_off(b, h, i0), br, g.Dv);
@@ -177,6 +206,7 @@ struct OnlineSoftmaxOp {
   std::int32_t q, k, v;
   AttentionGeometry g;
   Score score;
+  AttentionDropout dropout;
   const Mask* mask;  // owned by self.keep
   // self.saved[0]: log-sum-exp per query row [B, H, Tq]; self.saved[1]: D = rowsum(dO ∘ O).
 
@@ -212,6 +242,11 @@ struct OnlineSoftmaxOp {
       Eigen::Map<const Mat<T>> V(vv + g.v_off(b, h / g.group(), j0), bc, g.Dv);
       sc.dp.resize(br, bc);
       sc.dp.noalias() = dO * V.transpose();
+      if (dropout.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
+        dropout.apply(sc.dp, g.row(b, h, i0), g.Tk, j0);
+        sc.pm = sc.p;
+        dropout.apply(sc.pm, g.row(b, h, i0), g.Tk, j0);
+      }
       Eigen::Map<const Col<T>> Dr(D + g.row(b, h, i0), br);
       sc.s = (sc.p.array() * (sc.dp.array().colwise() - Dr.array())).matrix();
       return true;
@@ -252,7 +287,7 @@ struct OnlineSoftmaxOp {
           if (!ds_tile(sc, b, h, i0, br, j0, bc)) continue;
           Eigen::Map<const Mat<T>> dO(dov + g.o_off(b, h, i0), br, g.Dv);
           Eigen::Map<const Mat<T>> Q(qv + g.q_off(b, h, i0), br, g.Dh);
-          sc.dv.noalias() += sc.p.transpose() * dO;
+          sc.dv.noalias() += (dropout.active() ? sc.pm : sc.p).transpose() * dO;
           sc.dk.noalias() += sc.s.transpose() * Q;
           if constexpr (Score::beta_k != 0) colsum += sc.s.colwise().sum().transpose();
         }
@@ -272,11 +307,12 @@ struct OnlineSoftmaxOp {
 }  // namespace detail
 
 // Softmax attention o_i = Σ_j softmax_j(s(q_i, k_j) | mask) v_j by the online-softmax algorithm.
-// When `weights` is given it receives the [B, H, Tq, Tk] weights (not differentiable).
+// When `weights` is given it receives the [B, H, Tq, Tk] weights before dropout (not
+// differentiable); `dropout` drops weights (training).
 template <ScorePolicy Score, MaskPolicy Mask, class T>
 Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v,
-                                const Score& score, const Mask& mask,
-                                Tensor<T>* weights = nullptr) {
+                                const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
+                                const AttentionDropout& dropout = {}) {
   Tape<T>& tape = q.tape();
   tape.check(q, "attention");
   tape.check(k, "attention");
@@ -288,7 +324,7 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
                              q.requires_grad() || k.requires_grad() || v.requires_grad());
   node.saved.resize(2);
   node.saved[0].resize(Shape{g.B * g.H * g.Tq});
-  detail::online_softmax_forward(score, mask, g, q.value().data(), k.value().data(),
+  detail::online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
                                  v.value().data(), node.value->data(), node.saved[0].data());
   if (weights) {
     weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
@@ -298,7 +334,7 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
   if (node.requires_grad) {
     const Mask* stored = node.template keep_value<Mask>(mask);
     tape.set_backward(node, detail::OnlineSoftmaxOp<Score, Mask>{q.index(), k.index(), v.index(), g,
-                                                                 score, stored});
+                                                                 score, dropout, stored});
   }
   return o;
 }
