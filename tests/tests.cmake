@@ -4,3 +4,19 @@ attn_add_test(autodiff_ops autodiff/test_expression.cpp autodiff/test_ops.cpp au
 attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
 attn_add_test(autodiff_gradients autodiff/test_gradients.cpp)
 attn_add_test(autodiff_training autodiff/test_training.cpp)
+attn_add_test(attention attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp attention/test_paths_feature_map.cpp
+              attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp)
+attn_add_test(attention_torch_parity attention/test_torch_parity.cpp)
+# Programs that must not compile, each with the concept or static_assert it must trip.
+attn_add_compile_fail_test(compile_fail_score_missing_alpha compile_fail/score_missing_alpha.cpp REGEX "ScorePolicy")
+attn_add_compile_fail_test(compile_fail_mask_missing_tile compile_fail/mask_missing_tile.cpp REGEX "MaskPolicy")
+attn_add_compile_fail_test(compile_fail_kernel_not_a_policy compile_fail/kernel_not_a_policy.cpp REGEX "KernelPolicy")
+attn_add_compile_fail_test(compile_fail_heads_zero compile_fail/heads_zero.cpp REGEX "attn: the head count must be positive")
+attn_add_compile_fail_test(compile_fail_feature_map_needs_inner_product compile_fail/feature_map_needs_inner_product.cpp REGEX "attn: feature-map kernels need an inner-product score")
+# Positive controls: the same programs with their one defect fixed (-DATTN_COMPILE_FAIL_FIXED) compile.
+foreach(_cf score_missing_alpha mask_missing_tile kernel_not_a_policy heads_zero feature_map_needs_inner_product)
+  add_test(NAME compile_fail_control_${_cf} COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -DATTN_COMPILE_FAIL_FIXED
+    "-I$<JOIN:$<TARGET_PROPERTY:attn,INTERFACE_INCLUDE_DIRECTORIES>;$<TARGET_PROPERTY:Eigen3::Eigen,INTERFACE_INCLUDE_DIRECTORIES>,;-I>"
+    ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/${_cf}.cpp COMMAND_EXPAND_LISTS)
+  set_tests_properties(compile_fail_control_${_cf} PROPERTIES TIMEOUT 300 LABELS compile_fail)
+endforeach()

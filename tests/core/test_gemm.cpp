@@ -162,10 +162,10 @@ TEST_CASE("gemm: empty dimensions") {
   }
 }
 
-TEST_CASE("gemm_block_size depends only on the length and is at least 64") {
-  CHECK(attn::gemm_block_size(1) == 64);
-  CHECK(attn::gemm_block_size(1024) == 64);
-  CHECK(attn::gemm_block_size(4096) == 256);
+TEST_CASE("gemm_block_size depends only on the length and is at least 256") {
+  CHECK(attn::gemm_block_size(1) == 256);
+  CHECK(attn::gemm_block_size(1024) == 256);
+  CHECK(attn::gemm_block_size(4096) == 512);
   for (const attn::index_t n : {1, 63, 700, 2048, 5000, 100000}) {
     CHECK(attn::gemm_block_size(n) >= 64);
     CHECK(attn::gemm_block_size(n) % 16 == 0);

@@ -1,7 +1,7 @@
 // attn/attention/attention.hpp: the Attention<Score, Kernel, Mask> operator on per-head tensors
 // q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv]. The path is chosen at compile time:
 //   Softmax                          -> online softmax, tiled, masked tiles skipped (fused)
-//   Polynomial<C>                    -> materialised weights
+//   other score kernels (Polynomial) -> materialised weights
 //   feature maps, mask None / Causal -> linear attention, O(T F Dv)
 //   feature maps, other masks        -> materialised weights of φ(q)·φ(k)
 // Does not project or split heads; MultiHeadAttention (multi_head.hpp) does.
@@ -31,6 +31,12 @@ struct Attention {
       !Kernel::feature_map || std::is_same_v<Score, score::Dot> ||
           std::is_same_v<Score, score::ScaledDot>,
       "attn: feature-map kernels need an inner-product score (score::Dot or score::ScaledDot)");
+
+  static_assert(
+      !Kernel::feature_map || std::is_same_v<Kernel, kernel::EluPlusOne> ||
+          std::is_same_v<Kernel, kernel::Relu> || std::is_same_v<Kernel, kernel::RandomFeatures>,
+      "attn: Attention runs the built-in feature maps (EluPlusOne, Relu, RandomFeatures); a new "
+      "feature map needs its own branch in Attention::operator()");
 
   Score score{};
   Kernel kernel{};
@@ -68,20 +74,16 @@ struct Attention {
           return linear_attention(fq, fk, v, std::is_same_v<Mask, mask::Causal>);
       }
       return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
-                                    {detail::MaterializedKernel::Kind::identity, 1}, mask, weights,
-                                    dropout);
+                                    detail::IdentityKernel{}, mask, weights, dropout);
     } else {
       const detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q,
                                           Score::beta_k};
       if constexpr (std::is_same_v<Kernel, kernel::Softmax>) {
         if (path == AttentionPath::automatic)
           return online_softmax_attention(q, k, v, score, mask, weights, dropout);
-        return materialized_attention(q, k, v, form, {detail::MaterializedKernel::Kind::exp, 1},
-                                      mask, weights, dropout);
+        return materialized_attention(q, k, v, form, kernel, mask, weights, dropout);
       } else {
-        return materialized_attention(q, k, v, form,
-                                      {detail::MaterializedKernel::Kind::power, Kernel::degree},
-                                      mask, weights, dropout);
+        return materialized_attention(q, k, v, form, kernel, mask, weights, dropout);
       }
     }
   }

@@ -3,7 +3,8 @@
 //
 // Two families:
 //  * score kernels apply a scalar function to the score: Softmax (κ = e^s) and Polynomial<C>
-//    (κ = s^C). They provide value(s).
+//    (κ = s^C). They provide value(s), derivative(s, κ) and shift_invariant (whether a row may
+//    subtract its max before κ, as softmax does for stability). A new one needs nothing else.
 //  * feature-map kernels are κ(q, k) = φ(q)·φ(k) (linear attention): EluPlusOne, Relu and
 //    RandomFeatures. They provide feature_map = true, and the operator applies φ with autodiff
 //    ops, so only the map itself is defined here. With no mask or a causal mask they run in
@@ -21,6 +22,10 @@ namespace attn {
 template <class K>
 concept ScoreKernel = requires(const K& k, double s) {
   { k.value(s) } -> std::convertible_to<double>;
+  { k.derivative(s, s) } -> std::convertible_to<double>;  // dκ/ds at s, given κ(s)
+  {
+    K::shift_invariant
+    } -> std::convertible_to<bool>;  // κ(s − c) ∝ κ(s): rows may subtract their max
   { K::name } -> std::convertible_to<const char*>;
   requires !K::feature_map;
 };
@@ -40,7 +45,15 @@ namespace kernel {
 struct Softmax {
   static constexpr const char* name = "softmax";
   static constexpr bool feature_map = false;
-  double value(double s) const { return std::exp(s); }
+  static constexpr bool shift_invariant = true;
+  template <class T>
+  T value(T s) const {
+    return std::exp(s);
+  }
+  template <class T>
+  T derivative(T, T k) const {
+    return k;
+  }
 };
 
 // κ = s^C (e.g. C = 2). With odd C or signed scores the "weights" can be negative and need not
@@ -50,8 +63,20 @@ struct Polynomial {
   static_assert(C >= 1, "attn: the polynomial kernel's degree must be at least 1");
   static constexpr const char* name = "polynomial";
   static constexpr bool feature_map = false;
+  static constexpr bool shift_invariant = false;
   static constexpr int degree = C;
-  double value(double s) const { return std::pow(s, C); }
+  template <class T>
+  T value(T s) const {
+    T p = 1;
+    for (int i = 0; i < C; ++i) p *= s;
+    return p;
+  }
+  template <class T>
+  T derivative(T s, T) const {
+    T p = C;
+    for (int i = 1; i < C; ++i) p *= s;
+    return p;
+  }
 };
 
 // φ(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, "linear attention").

@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernel.hpp"
 #include "online_softmax.hpp"
@@ -182,8 +183,8 @@ Var<T> linear_attention(const Var<T>& fq, const Var<T>& fk, const Var<T>& v, boo
 }
 
 // φ(x) = exp(Rx − ‖x‖²/2 − m)/√F along the last axis, with R = random_feature_matrix [F, d] as
-// a Var and m the max of Rx per row (per_row) or over the whole tensor (for keys, so that every
-// key shares one factor).
+// a Var and m the max of Rx per row (per_row, for queries) or per [T, F] slice (for keys, so that
+// every key of a sequence shares one factor).
 template <class T>
 Var<T> random_feature_map(const Var<T>& x, const Var<T>& r, bool per_row) {
   Tape<T>& tape = x.tape();
@@ -204,11 +205,16 @@ Var<T> random_feature_map(const Var<T>& x, const Var<T>& r, bool per_row) {
   Eigen::Map<detail::Mat<T>> P(node.value->data(), rows, F);
   gemm(x.value().data(), false, r.value().data(), true, node.value->data(), rows, F, d);
   const detail::Col<T> half_norm = X.rowwise().squaredNorm() / T{2};
-  T global = -std::numeric_limits<T>::infinity();
-  if (!per_row) global = P.maxCoeff();
+  // Keys share one max per sequence slice (the rows of one [T, F] matrix: one batch entry and
+  // head), so that no slice's features underflow because another slice's projections are larger.
+  const index_t slice = x.shape().rank() >= 2 ? x.shape()[x.shape().rank() - 2] : rows;
+  std::vector<T> slice_max;
+  if (!per_row)
+    for (index_t s0 = 0; s0 < rows; s0 += slice)
+      slice_max.push_back(P.middleRows(s0, slice).maxCoeff());
   const T scale = T(1) / std::sqrt(static_cast<T>(F));
   parallel_for(rows, double(F) * 8, [&](index_t i) {
-    const T m = per_row ? P.row(i).maxCoeff() : global;
+    const T m = per_row ? P.row(i).maxCoeff() : slice_max[static_cast<std::size_t>(i / slice)];
     P.row(i) = (P.row(i).array() - half_norm(i) - m).exp() * scale;
   });
   tape.set_backward(node, detail::RandomFeatureMapOp{x.index(), r.index(), F});

@@ -18,34 +18,15 @@ namespace attn {
 
 namespace detail {
 
-// The scalar kernel and its derivative, as the materialised path needs them. Softmax is
-// evaluated as exp(s − rowmax) (the factor cancels in W), so its derivative is K itself.
-struct MaterializedKernel {
-  enum class Kind { exp, power, identity } kind = Kind::exp;
-  int degree = 1;
-
+// κ(s) = s, for φ(q)·φ(k) scores of feature-map kernels.
+struct IdentityKernel {
+  static constexpr bool shift_invariant = false;
   template <class T>
   T value(T s) const {
-    switch (kind) {
-      case Kind::exp:
-        return std::exp(s);
-      case Kind::power:
-        return static_cast<T>(std::pow(s, degree));
-      case Kind::identity:
-        break;
-    }
     return s;
   }
   template <class T>
-  T derivative(T s, T k) const {
-    switch (kind) {
-      case Kind::exp:
-        return k;
-      case Kind::power:
-        return static_cast<T>(degree * std::pow(s, degree - 1));
-      case Kind::identity:
-        break;
-    }
+  T derivative(T, T) const {
     return T{1};
   }
 };
@@ -67,10 +48,10 @@ MaterializedScratch<T>& materialized_scratch() {
 }
 
 // Scores, kernel values and weights of head (b, h) into sc.s, sc.k, sc.w; sc.z the row sums.
-template <class T, MaskPolicy Mask>
-void materialize_head(const MaterializedForm& form, const MaterializedKernel& kappa,
-                      const Mask& mask, const AttentionGeometry& g, const T* a, const T* bk,
-                      index_t b, index_t h, MaterializedScratch<T>& sc) {
+template <class T, class Kappa, MaskPolicy Mask>
+void materialize_head(const MaterializedForm& form, const Kappa& kappa, const Mask& mask,
+                      const AttentionGeometry& g, const T* a, const T* bk, index_t b, index_t h,
+                      MaterializedScratch<T>& sc) {
   const index_t hk = h / g.group();
   Eigen::Map<const Mat<T>> A(a + g.q_off(b, h, 0), g.Tq, g.Dh);
   Eigen::Map<const Mat<T>> Bm(bk + g.k_off(b, hk, 0), g.Tk, g.Dh);
@@ -84,7 +65,7 @@ void materialize_head(const MaterializedForm& form, const MaterializedKernel& ka
   sc.z.resize(g.Tq);
   for (index_t i = 0; i < g.Tq; ++i) {
     T shift = 0;
-    if (kappa.kind == MaterializedKernel::Kind::exp) {
+    if constexpr (Kappa::shift_invariant) {  // subtract the row max: κ(s − m) ∝ κ(s), no overflow
       shift = -std::numeric_limits<T>::infinity();
       for (index_t j = 0; j < g.Tk; ++j)
         if (mask.allowed(b, i, j, g.Tq, g.Tk)) shift = std::max(shift, sc.s(i, j));
@@ -107,12 +88,12 @@ void materialize_head(const MaterializedForm& form, const MaterializedKernel& ka
   }
 }
 
-template <MaskPolicy Mask>
+template <class Kappa, MaskPolicy Mask>
 struct MaterializedOp {
   std::int32_t a, bk, v;
   AttentionGeometry g;
   MaterializedForm form;
-  MaterializedKernel kappa;
+  Kappa kappa;
   AttentionDropout dropout;
   const Mask* mask;
 
@@ -188,11 +169,11 @@ struct MaterializedOp {
 
 // O = normalise(κ(S) on the allowed entries) V with S = alpha A Bᵀ + beta_a ‖a‖² + beta_b ‖b‖²;
 // `weights`, when given, receives W [B, H, Tq, Tk].
-template <MaskPolicy Mask, class T>
+template <class Kappa, MaskPolicy Mask, class T>
 Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v,
-                              const detail::MaterializedForm& form,
-                              const detail::MaterializedKernel& kappa, const Mask& mask,
-                              Tensor<T>* weights = nullptr, const AttentionDropout& dropout = {}) {
+                              const detail::MaterializedForm& form, const Kappa& kappa,
+                              const Mask& mask, Tensor<T>* weights = nullptr,
+                              const AttentionDropout& dropout = {}) {
   Tape<T>& tape = a.tape();
   tape.check(a, "attention");
   tape.check(bk, "attention");
@@ -225,8 +206,8 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
       });
   if (node.requires_grad) {
     const Mask* stored = node.template keep_value<Mask>(mask);
-    tape.set_backward(node, detail::MaterializedOp<Mask>{a.index(), bk.index(), v.index(), g, form,
-                                                         kappa, dropout, stored});
+    tape.set_backward(node, detail::MaterializedOp<Kappa, Mask>{a.index(), bk.index(), v.index(), g,
+                                                                form, kappa, dropout, stored});
   }
   return o;
 }

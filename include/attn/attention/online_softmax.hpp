@@ -109,6 +109,14 @@ bool score_tile(const Score& score, const Mask& mask, const AttentionGeometry& g
   return true;
 }
 
+// row ← exp(row − shift), with −∞ (masked) entries exactly 0. (Eigen's vectorised exp returns a
+// tiny denormal, not 0, for −∞; a fully masked row would otherwise average its values.)
+template <class Row, class T>
+void masked_exp(Row&& row, T shift) {
+  constexpr T ninf = -std::numeric_limits<T>::infinity();
+  row = (row.array() == ninf).select(T{0}, (row.array() - shift).exp());
+}
+
 // Replaces each score by exp(s − lse_row) (the attention weight); −∞ scores give 0.
 template <class T>
 void weights_from_lse(Mat<T>& s, const T* lse) {
@@ -117,7 +125,7 @@ void weights_from_lse(Mat<T>& s, const T* lse) {
     if (l == -std::numeric_limits<T>::infinity())
       s.row(i).setZero();
     else
-      s.row(i) = (s.row(i).array() - l).exp();
+      masked_exp(s.row(i), l);
   }
 }
 
@@ -158,7 +166,7 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
         const T m_new = std::max(sc.m(i), sc.s.row(i).maxCoeff());
         const T m_safe = m_new == ninf ? T{0} : m_new;  // a row with nothing allowed yet stays at 0
         sc.corr(i) = std::exp(sc.m(i) - m_safe);
-        sc.s.row(i) = (sc.s.row(i).array() - m_safe).exp();
+        masked_exp(sc.s.row(i), m_safe);
         sc.l(i) = sc.l(i) * sc.corr(i) + sc.s.row(i).sum();
         sc.m(i) = m_new;
       }
@@ -170,9 +178,13 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
     }
     Eigen::Map<Mat<T>> O(o + g.o_off(b, h, i0), br, g.Dv);
     for (index_t i = 0; i < br; ++i) {
-      const bool empty = sc.l(i) == T{0};
-      O.row(i) = empty ? Mat<T>::Zero(1, g.Dv) : Mat<T>(sc.acc.row(i) / sc.l(i));
-      lse[g.row(b, h, i0 + i)] = empty ? ninf : sc.m(i) + std::log(sc.l(i));
+      if (sc.l(i) == T{0}) {  // no allowed key: output 0, and backward skips the row
+        O.row(i).setZero();
+        lse[g.row(b, h, i0 + i)] = ninf;
+      } else {
+        O.row(i) = sc.acc.row(i) / sc.l(i);
+        lse[g.row(b, h, i0 + i)] = sc.m(i) + std::log(sc.l(i));
+      }
     }
   });
 }

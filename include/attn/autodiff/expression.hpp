@@ -161,8 +161,13 @@ struct Unary : ExpressionTag {
     k.y = f.value(k.x);
     return k.y;
   }
+  // A function may provide chain(grad, x, y) = grad · dy/dx itself where the product would hide
+  // a select (relu, abs): `grad * 0` cannot be dropped under IEEE rules, and keeps the loop scalar.
   void backprop(index_t r, index_t c, T grad, const Cache& k) const {
-    e.backprop(r, c, grad * f.derivative(k.x, k.y), k.child);
+    if constexpr (requires { f.chain(grad, k.x, k.y); })
+      e.backprop(r, c, f.chain(grad, k.x, k.y), k.child);
+    else
+      e.backprop(r, c, grad * f.derivative(k.x, k.y), k.child);
   }
 };
 
@@ -366,6 +371,10 @@ struct Relu {
   T derivative(T x, T) const {
     return x > T{0} ? T{1} : T{0};
   }
+  template <class T>
+  T chain(T grad, T x, T) const {
+    return x > T{0} ? grad : T{0};
+  }
 };
 // GELU(x) = x Φ(x) = ½ x (1 + erf(x/√2)) (Hendrycks & Gimpel; PyTorch's default GELU).
 struct Gelu {
@@ -437,6 +446,10 @@ struct Abs {
   template <class T>
   T derivative(T x, T) const {
     return x > T{0} ? T{1} : (x < T{0} ? T{-1} : T{0});
+  }
+  template <class T>
+  T chain(T grad, T x, T) const {
+    return x > T{0} ? grad : (x < T{0} ? -grad : T{0});
   }
 };
 

@@ -42,10 +42,11 @@ void gemm_block(const T* a, bool ta, const T* b, bool tb, T* c, index_t m_total,
 
 }  // namespace detail
 
-// Row/column block size for splitting an output dimension of length n: about 16 blocks, none
-// smaller than 64. Depends only on n.
+// Row/column block size for splitting an output dimension of length n: about 8 blocks, none
+// smaller than 256 (each block repacks the whole other operand, so small blocks cost). Depends
+// only on n.
 constexpr index_t gemm_block_size(index_t n) {
-  return std::max<index_t>(64, (n / 16 + 15) / 16 * 16);
+  return std::max<index_t>(256, (n / 8 + 15) / 16 * 16);
 }
 
 // C [M, N] = op(A) op(B) (+ C when accumulate), with op(A) [M, K] and op(B) [K, N]; A is stored

@@ -281,14 +281,17 @@ class Tensor {
   index_t capacity_ = 0;
 };
 
-// Largest |a_i - b_i|; throws shape_error when the shapes differ.
+// Largest |a_i - b_i| (NaN if any difference is NaN); throws shape_error when the shapes differ.
 template <class T>
 double max_abs_diff(const Tensor<T>& a, const Tensor<T>& b) {
   ATTN_CHECK(a.shape() == b.shape(), shape_error, "max_abs_diff: shapes differ: ", a.shape(),
              " vs ", b.shape());
   double m = 0.0;
-  for (index_t i = 0; i < a.numel(); ++i)
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  for (index_t i = 0; i < a.numel(); ++i) {
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (std::isnan(d)) return d;  // a NaN anywhere is never "close"
+    m = std::max(m, d);
+  }
   return m;
 }
 

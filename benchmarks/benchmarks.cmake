@@ -1,0 +1,2 @@
+# The benchmark programs; attn_add_benchmark is defined in benchmarks/CMakeLists.txt.
+attn_add_benchmark(autodiff autodiff.cpp)

@@ -1,0 +1,128 @@
+// Shared by the test_paths_*.cpp files (one per kernel family, so they compile in parallel).
+// Every valid Score x Kernel x Mask combination: the path Attention chooses (fused online
+// softmax, linear, materialised) against the reference loops (forward), against the
+// materialised path (gradients of q, k, v), and against finite differences (double).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <attn/attention/attention.hpp>
+#include <attn/attn.hpp>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+using attn::index_t;
+using attn::Shape;
+using attn::Tensor;
+namespace kernel = attn::kernel;
+namespace mask = attn::mask;
+namespace score = attn::score;
+
+namespace attn::test {
+
+template <class Mask>
+Mask make_mask(index_t batch, index_t tq, index_t tk) {
+  if constexpr (std::is_same_v<Mask, mask::SlidingWindow>) {
+    return mask::SlidingWindow{3, 1};
+  } else if constexpr (std::is_same_v<Mask, mask::Padding>) {
+    std::vector<index_t> lengths;
+    for (index_t b = 0; b < batch; ++b)
+      lengths.push_back(b == 1 ? 0 : std::max<index_t>(1, tk - 2 * b));
+    return mask::Padding(lengths);
+  } else if constexpr (std::is_same_v<Mask, mask::Custom>) {
+    Tensor<std::uint8_t> m({tq, tk});
+    for (index_t i = 0; i < tq; ++i)
+      for (index_t j = 0; j < tk; ++j)
+        m(i, j) = static_cast<std::uint8_t>((i * 7 + j * 3) % 5 != 0 && i != 2);
+    return mask::Custom(m);
+  } else if constexpr (std::is_same_v<Mask, mask::BigBird>) {
+    return mask::BigBird{4, 1, 1, 1, 5};
+  } else {
+    return Mask{};
+  }
+}
+
+template <class Kernel>
+Kernel make_kernel() {
+  if constexpr (std::is_same_v<Kernel, kernel::RandomFeatures>)
+    return kernel::RandomFeatures{32, 7};
+  else
+    return Kernel{};
+}
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, float> ? 2e-4 : 1e-11;
+}
+
+// The three sizes every combination runs at: one position; lengths that are not multiples of
+// the 64-wide tiles (and Tq != Tk); and a grouped-query batch.
+struct Size {
+  index_t B, H, Hk, Tq, Tk, Dh, Dv;
+};
+inline constexpr Size sizes[] = {
+    {1, 1, 1, 1, 1, 4, 3}, {2, 2, 2, 37, 70, 5, 6}, {3, 4, 2, 65, 65, 8, 8}};
+
+template <class Score, class Kernel, class Mask, class T>
+void check_combination() {
+  attn::Rng rng(17);
+  for (const Size& z : sizes) {
+    // Causal masks with Tq > Tk leave whole rows empty; the Padding mask leaves batch 1 empty.
+    const Tensor<T> q = Tensor<T>::randn({z.B, z.H, z.Tq, z.Dh}, rng, 0, 0.8);
+    const Tensor<T> k = Tensor<T>::randn({z.B, z.Hk, z.Tk, z.Dh}, rng, 0, 0.8);
+    const Tensor<T> v = Tensor<T>::randn({z.B, z.Hk, z.Tk, z.Dv}, rng);
+    const Tensor<T> r = Tensor<T>::randn({z.B, z.H, z.Tq, z.Dv}, rng);
+    const Mask m = make_mask<Mask>(z.B, z.Tq, z.Tk);
+    const Kernel kern = make_kernel<Kernel>();
+    CAPTURE(z.Tq);
+    CAPTURE(z.Tk);
+    const auto ref = attn::reference_attention(q, k, v, Score{}, kern, m);
+
+    attn::Attention<Score, Kernel, Mask> fast{Score{}, kern, m};
+    attn::Attention<Score, Kernel, Mask> slow = fast;
+    slow.path = attn::AttentionPath::materialized;
+    auto run = [&](const auto& op, Tensor<T>* weights) {
+      attn::Tape<T> tape;
+      auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
+      auto o = op(qv, kv, vv, weights);
+      tape.backward(attn::sum(o * tape.leaf(r)));
+      return std::tuple{Tensor<T>(o.value()), Tensor<T>(qv.grad()), Tensor<T>(kv.grad()),
+                        Tensor<T>(vv.grad())};
+    };
+    const auto [o1, gq1, gk1, gv1] = run(fast, nullptr);
+    Tensor<T> w;
+    const auto [o2, gq2, gk2, gv2] = run(slow, &w);
+    const double tol = tolerance<T>();
+    CHECK(attn::max_abs_diff(o1, ref.out) < tol);
+    CHECK(attn::max_abs_diff(o2, ref.out) < tol);
+    CHECK(attn::max_abs_diff(w, ref.weights) < tol);
+    CHECK(attn::max_abs_diff(gq1, gq2) < tol * 10);
+    CHECK(attn::max_abs_diff(gk1, gk2) < tol * 10);
+    CHECK(attn::max_abs_diff(gv1, gv2) < tol * 10);
+    if (std::is_same_v<T, double> && z.Tq * z.Tk <= 37 * 70 && z.B * z.H <= 4) {
+      // Finite differences on the chosen path (the smaller sizes keep this quick).
+      const Tensor<double> qd = attn::cast<double>(q), kd = attn::cast<double>(k),
+                           vd = attn::cast<double>(v), rd = attn::cast<double>(r);
+      attn::Attention<Score, Kernel, Mask> op = fast;
+      auto f = [&](const std::vector<attn::Var<double>>& x) {
+        return attn::sum(op(x[0], x[1], x[2]) * x[0].tape().leaf(rd));
+      };
+      const attn::GradientCheck c = attn::check_gradient(f, {qd, kd, vd}, 1e-6, 1e-5);
+      CHECK_MESSAGE(c.ok, c.report());
+    }
+  }
+}
+
+template <class Score, class Kernel, class T>
+void check_all_masks() {
+  check_combination<Score, Kernel, mask::None, T>();
+  check_combination<Score, Kernel, mask::Causal, T>();
+  check_combination<Score, Kernel, mask::CausalTopLeft, T>();
+  check_combination<Score, Kernel, mask::SlidingWindow, T>();
+  check_combination<Score, Kernel, mask::Padding, T>();
+  check_combination<Score, Kernel, mask::Custom, T>();
+  check_combination<Score, Kernel, mask::BigBird, T>();
+}
+
+}  // namespace attn::test

@@ -1,0 +1,148 @@
+// MultiHeadAttention: gradients of every parameter by finite differences, decoding with the
+// key/value cache equals running the whole sequence, configuration errors.
+#include <doctest/doctest.h>
+
+#include <attn/attention/multi_head.hpp>
+#include <attn/attn.hpp>
+#include <string>
+
+using attn::index_t;
+using attn::Tensor;
+namespace kernel = attn::kernel;
+namespace mask = attn::mask;
+namespace score = attn::score;
+
+namespace {
+
+template <class Mha>
+void check_parameter_gradients(Mha& mha, const Tensor<double>& x, const Tensor<double>& memory,
+                               bool cross) {
+  attn::Rng rng(12);
+  const Tensor<double> r = Tensor<double>::randn(x.shape(), rng);
+  auto loss = [&](attn::Tape<double>& tape) {
+    auto xv = tape.leaf(x);
+    auto y = cross ? mha(xv, tape.leaf(memory), {}) : mha(xv);
+    return attn::sum(y * tape.leaf(r));
+  };
+  mha.for_each_parameter([](const std::string&, attn::Parameter<double>& p) { p.zero_grad(); });
+  attn::Tape<double> tape;
+  tape.backward(loss(tape));
+  mha.for_each_parameter([&](const std::string& name, attn::Parameter<double>& p) {
+    for (index_t i = 0; i < p.value.numel(); i += 5) {
+      const double x0 = p.value[i];
+      auto eval = [&](double at) {
+        p.value[i] = at;
+        attn::Tape<double> t;
+        attn::NoGrad<double> ng(t);
+        return loss(t).item();
+      };
+      const double numeric = (eval(x0 + 1e-6) - eval(x0 - 1e-6)) / 2e-6;
+      p.value[i] = x0;
+      INFO(name << "[" << i << "]");
+      CHECK(p.grad[i] == doctest::Approx(numeric).epsilon(1e-6).scale(1));
+    }
+  });
+}
+
+}  // namespace
+
+TEST_CASE("MultiHeadAttention: every parameter's gradient by finite differences") {
+  attn::Rng rng(1);
+  attn::MultiHeadConfig c;
+  c.d_model = 12;
+  c.heads = 3;
+  c.init_std = 0.3;
+  const Tensor<double> x = Tensor<double>::randn({2, 7, 12}, rng),
+                       memory = Tensor<double>::randn({2, 5, 12}, rng);
+  attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal, attn::Heads<3>,
+                           attn::projection::Separate, double>
+      causal(c);
+  check_parameter_gradients(causal, x, memory, false);
+  attn::MultiHeadAttention<score::NegSqEuclidean, kernel::Softmax, mask::None,
+                           attn::Heads<attn::dynamic>, attn::projection::Separate, double>
+      cross(c);
+  check_parameter_gradients(cross, x, memory, true);
+  attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal, attn::Heads<3>,
+                           attn::projection::Tied, double>
+      tied(c);
+  check_parameter_gradients(tied, x, memory, false);
+  c.kv_heads = 1;
+  attn::MultiHeadAttention<score::ScaledDot, kernel::EluPlusOne, mask::Causal, attn::Heads<3>,
+                           attn::projection::Separate, double>
+      grouped(c);
+  check_parameter_gradients(grouped, x, memory, false);
+}
+
+TEST_CASE("decoding with the key/value cache equals running the full sequence") {
+  attn::Rng rng(2);
+  attn::MultiHeadConfig c;
+  c.d_model = 16;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.init_std = 0.3;
+  const index_t T = 70;
+  const Tensor<float> x = Tensor<float>::randn({2, T, 16}, rng);
+  auto check = [&](auto& mha) {
+    mha.training = false;
+    attn::Tape<float> tape;
+    attn::NoGrad<float> ng(tape);
+    const Tensor<float> full = mha(tape.leaf(x), mask::Causal{}).value();
+    attn::KVCache<float> cache;
+    double worst = 0;
+    for (index_t t = 0; t < T; ++t) {
+      tape.clear();
+      Tensor<float> step({2, 1, 16});
+      for (index_t b = 0; b < 2; ++b)
+        for (index_t d = 0; d < 16; ++d) step(b, 0, d) = x(b, t, d);
+      const auto y = mha.decode(tape.leaf(step), cache, mask::Causal{});
+      for (index_t b = 0; b < 2; ++b)
+        for (index_t d = 0; d < 16; ++d)
+          worst = std::max(worst, double(std::abs(y.value()(b, 0, d) - full(b, t, d))));
+    }
+    CHECK(cache.length() == T);
+    CHECK(worst < 1e-5);
+  };
+  attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal> separate(c);
+  check(separate);
+  c.kv_heads = 0;
+  attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal, attn::Heads<4>,
+                           attn::projection::Tied>
+      tied(c);
+  check(tied);
+}
+
+TEST_CASE("MultiHeadAttention: configuration and input errors") {
+  attn::MultiHeadConfig c;
+  c.d_model = 10;
+  c.heads = 3;
+  using Mha = attn::MultiHeadAttention<>;
+  try {
+    Mha bad(c);
+    FAIL("no exception");
+  } catch (const attn::value_error& e) {
+    CHECK(std::string(e.what()).find("divisible") != std::string::npos);
+  }
+  c.heads = 0;
+  CHECK_THROWS_AS(Mha{c}, attn::value_error);
+  c.d_model = 12;
+  c.heads = 4;
+  CHECK_THROWS_AS(
+      (attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::None, attn::Heads<3>>(c)),
+      attn::value_error);
+  c.kv_heads = 3;
+  CHECK_THROWS_AS(Mha{c}, attn::value_error);
+  c.kv_heads = 0;
+  c.dropout = 1.0;
+  CHECK_THROWS_AS(Mha{c}, attn::value_error);
+  c.dropout = 0.1;
+  Mha ok(c);
+  attn::Tape<float> tape;
+  CHECK_THROWS_AS(ok(tape.leaf(Tensor<float>({2, 5, 10}))), attn::shape_error);
+  CHECK(ok(tape.leaf(Tensor<float>({2, 5, 12}))).shape() == attn::Shape{2, 5, 12});
+  int count = 0;
+  ok.for_each_parameter([&](const std::string& name, attn::Parameter<float>&) {
+    ++count;
+    CHECK(name.find("_proj.") != std::string::npos);
+  });
+  CHECK(count == 8);
+}

@@ -1,0 +1,11 @@
+// Attention paths against the reference: the softmax kernels.
+#include "paths_fixture.hpp"
+
+using namespace attn::test;
+
+TEST_CASE_TEMPLATE("softmax attention: fused path = reference, every score and mask", T, float,
+                   double) {
+  check_all_masks<score::Dot, kernel::Softmax, T>();
+  check_all_masks<score::ScaledDot, kernel::Softmax, T>();
+  check_all_masks<score::NegSqEuclidean, kernel::Softmax, T>();
+}
