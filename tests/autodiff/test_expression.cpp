@@ -6,21 +6,12 @@
 #include <cmath>
 #include <string>
 
+#include "../test_util.hpp"
+
+using attn::test::message_of;
+
 using attn::Shape;
 using attn::Tensor;
-
-namespace {
-
-std::string what_of(auto&& f) {
-  try {
-    f();
-  } catch (const attn::error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
 
 TEST_CASE("an elementwise chain of four or more operations records exactly one tape node") {
   attn::Rng rng(1);
@@ -66,7 +57,7 @@ TEST_CASE("expressions broadcast rows and one-element tensors, and reject other 
   CHECK(r.value()[2] == 62);
 
   auto bad = tape.leaf(Tensor<double>({4, 3}));
-  const std::string msg = what_of([&] { attn::eval(m + bad); });
+  const std::string msg = message_of([&] { attn::eval(m + bad); });
   CHECK(msg.find("add") != std::string::npos);
   CHECK(msg.find("[2, 3]") != std::string::npos);
   CHECK(msg.find("[4, 3]") != std::string::npos);
@@ -80,7 +71,7 @@ TEST_CASE("expressions refuse Vars from another tape or from before clear()") {
   auto b = t2.leaf(Tensor<float>({2}));
   CHECK_THROWS_AS(attn::Var<float>(a + b), attn::value_error);
   t1.clear();
-  const std::string msg = what_of([&] { attn::eval(attn::exp(a)); });
+  const std::string msg = message_of([&] { attn::eval(attn::exp(a)); });
   CHECK(msg.find("clear") != std::string::npos);
   attn::Var<float> unset;
   CHECK_THROWS_AS(unset.value(), attn::value_error);

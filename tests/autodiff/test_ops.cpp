@@ -7,20 +7,15 @@
 #include <limits>
 #include <string>
 
+#include "../test_util.hpp"
+
+using attn::test::message_of;
+
 using attn::index_t;
 using attn::Shape;
 using attn::Tensor;
 
 namespace {
-
-std::string what_of(auto&& f) {
-  try {
-    f();
-  } catch (const attn::error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // C[b] = op(A[b]) op(B[b]) by the definition, in double.
 Tensor<double> naive_matmul(const Tensor<double>& a, const Tensor<double>& b, bool ta, bool tb,
@@ -72,7 +67,7 @@ TEST_CASE("matmul shape errors name the operation and both shapes") {
   attn::Tape<float> tape;
   auto a = tape.leaf(Tensor<float>({4, 3}));
   auto b = tape.leaf(Tensor<float>({5, 2}));
-  const std::string msg = what_of([&] { attn::matmul(a, b); });
+  const std::string msg = message_of([&] { attn::matmul(a, b); });
   CHECK(msg.find("matmul: inner dimensions differ") != std::string::npos);
   CHECK(msg.find("[4, 3]") != std::string::npos);
   CHECK(msg.find("[5, 2]") != std::string::npos);
@@ -166,7 +161,9 @@ TEST_CASE("embedding picks rows and rejects ids outside the table") {
   CHECK(y.shape() == Shape{2, 2, 2});
   CHECK(y.value()(0, 0, 1) == 21);
   CHECK(y.value()(1, 0, 0) == 10);
-  const std::string msg = what_of([&] { attn::embedding(w, Tensor<std::int32_t>({2}, {1, 3})); });
+  const std::string msg = message_of([&] {
+    attn::embedding(w, Tensor<std::int32_t>({2}, {1, 3}));
+  });
   CHECK(msg.find("embedding: id 3") != std::string::npos);
   CHECK_THROWS_AS(attn::embedding(w, Tensor<std::int32_t>({1}, {-1})), attn::value_error);
 }

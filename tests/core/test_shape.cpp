@@ -8,20 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "../test_util.hpp"
 
-// The message of the exception `f` throws, or "" when it throws nothing.
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using attn::test::message_of;
 
 TEST_CASE("Shape: rank 0 is a scalar with one element") {
   const attn::Shape s;

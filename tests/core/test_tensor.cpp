@@ -12,17 +12,11 @@
 #include <utility>
 #include <vector>
 
-namespace {
+#include "../test_util.hpp"
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
+using attn::test::message_of;
+
+namespace {
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
