@@ -139,11 +139,7 @@ struct RandomFeatureMapOp {
 template <class T>
 Var<T> linear_attention(const Var<T>& fq, const Var<T>& fk, const Var<T>& v, bool causal) {
   Tape<T>& tape = fq.tape();
-  tape.check(fq, "linear_attention");
-  tape.check(fk, "linear_attention");
-  tape.check(v, "linear_attention");
-  const detail::AttentionGeometry g =
-      detail::attention_geometry(fq.shape(), fk.shape(), v.shape(), "linear_attention");
+  const detail::AttentionGeometry g = detail::checked_geometry(fq, fk, v, "linear_attention");
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "linear_attention",
                              fq.requires_grad() || fk.requires_grad() || v.requires_grad());
   node.saved.resize(1);

@@ -175,11 +175,7 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
                               const Mask& mask, Tensor<T>* weights = nullptr,
                               const AttentionDropout& dropout = {}) {
   Tape<T>& tape = a.tape();
-  tape.check(a, "attention");
-  tape.check(bk, "attention");
-  tape.check(v, "attention");
-  const detail::AttentionGeometry g =
-      detail::attention_geometry(a.shape(), bk.shape(), v.shape(), "attention");
+  const detail::AttentionGeometry g = detail::checked_geometry(a, bk, v, "attention");
   mask.validate(g.B, g.Tq, g.Tk);
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              a.requires_grad() || bk.requires_grad() || v.requires_grad());

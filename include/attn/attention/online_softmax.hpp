@@ -81,6 +81,18 @@ inline AttentionGeometry attention_geometry(const Shape& q, const Shape& k, cons
   return g;
 }
 
+// The checks every attention entry point makes: q, k, v are current Vars of one tape, and their
+// shapes fit together (see attention_geometry).
+template <class T>
+AttentionGeometry checked_geometry(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                                   const char* op) {
+  Tape<T>& tape = q.tape();
+  tape.check(q, op);
+  tape.check(k, op);
+  tape.check(v, op);
+  return attention_geometry(q.shape(), k.shape(), v.shape(), op);
+}
+
 // S = alpha Q Kᵀ + beta_k ‖k‖² for one tile, with masked entries set to −∞. (beta_q ‖q‖² is
 // the same for every key of a row and cancels in softmax, so it is left out here and in the
 // saved log-sum-exp alike.) Returns false when the mask rules out the whole tile.
@@ -326,11 +338,7 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
                                 const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
                                 const AttentionDropout& dropout = {}) {
   Tape<T>& tape = q.tape();
-  tape.check(q, "attention");
-  tape.check(k, "attention");
-  tape.check(v, "attention");
-  const detail::AttentionGeometry g =
-      detail::attention_geometry(q.shape(), k.shape(), v.shape(), "attention");
+  const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention");
   mask.validate(g.B, g.Tq, g.Tk);
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              q.requires_grad() || k.requires_grad() || v.requires_grad());
