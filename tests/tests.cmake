@@ -20,3 +20,5 @@ foreach(_cf score_missing_alpha mask_missing_tile kernel_not_a_policy heads_zero
     ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/${_cf}.cpp COMMAND_EXPAND_LISTS)
   set_tests_properties(compile_fail_control_${_cf} PROPERTIES TIMEOUT 300 LABELS compile_fail)
 endforeach()
+attn_add_test(nn nn/test_modules.cpp)
+attn_add_test(data data/test_data.cpp)

@@ -10,3 +10,5 @@
 #include "core/rng.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
+#include "data/data.hpp"
+#include "nn/nn.hpp"

@@ -6,6 +6,8 @@
 #include <attn/attn.hpp>
 #include <string>
 
+#include "../module_gradients.hpp"
+
 using attn::index_t;
 using attn::Tensor;
 namespace kernel = attn::kernel;
@@ -19,29 +21,14 @@ void check_parameter_gradients(Mha& mha, const Tensor<double>& x, const Tensor<d
                                bool cross) {
   attn::Rng rng(12);
   const Tensor<double> r = Tensor<double>::randn(x.shape(), rng);
-  auto loss = [&](attn::Tape<double>& tape) {
-    auto xv = tape.leaf(x);
-    auto y = cross ? mha(xv, tape.leaf(memory), {}) : mha(xv);
-    return attn::sum(y * tape.leaf(r));
-  };
-  mha.for_each_parameter([](const std::string&, attn::Parameter<double>& p) { p.zero_grad(); });
-  attn::Tape<double> tape;
-  tape.backward(loss(tape));
-  mha.for_each_parameter([&](const std::string& name, attn::Parameter<double>& p) {
-    for (index_t i = 0; i < p.value.numel(); i += 5) {
-      const double x0 = p.value[i];
-      auto eval = [&](double at) {
-        p.value[i] = at;
-        attn::Tape<double> t;
-        attn::NoGrad<double> ng(t);
-        return loss(t).item();
-      };
-      const double numeric = (eval(x0 + 1e-6) - eval(x0 - 1e-6)) / 2e-6;
-      p.value[i] = x0;
-      INFO(name << "[" << i << "]");
-      CHECK(p.grad[i] == doctest::Approx(numeric).epsilon(1e-6).scale(1));
-    }
-  });
+  attn::test::check_module_gradients(
+      mha,
+      [&](attn::Tape<double>& tape) {
+        auto xv = tape.leaf(x);
+        auto y = cross ? mha(xv, tape.leaf(memory), {}) : mha(xv);
+        return attn::sum(y * tape.leaf(r));
+      },
+      5);
 }
 
 }  // namespace

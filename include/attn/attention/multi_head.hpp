@@ -89,6 +89,7 @@ template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::So
 class MultiHeadAttention {
  public:
   using value_type = T;
+  using mask_type = Mask;
   static constexpr bool tied = Projection::tied;
 
   explicit MultiHeadAttention(const MultiHeadConfig& c) : config_(c), rng_(c.seed) {
@@ -123,6 +124,9 @@ class MultiHeadAttention {
   const MultiHeadConfig& config() const { return config_; }
 
   bool training = true;  // dropout on the weights only while training
+
+  // Restarts the dropout stream (a trainer reseeds per step so a resumed run replays it).
+  void reseed(std::uint64_t seed) { rng_.reseed(seed); }
   Score score{};
   Kernel kernel{};
 
@@ -162,12 +166,16 @@ class MultiHeadAttention {
     return out_proj(tape, merge_heads(attend(q, k, v, mask, nullptr)));
   }
 
-  // Visits every parameter with its name: q_proj.weight, q_proj.bias, ... (prefix prepended).
+  // Visits every parameter with its name: q_proj.weight, q_proj.bias, ... (under "prefix." when
+  // a prefix is given).
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
     auto visit = [&](std::string_view name, ProjectionWeights<T>& p) {
-      f(std::string(prefix) + std::string(name) + ".weight", p.weight);
-      if (p.has_bias) f(std::string(prefix) + std::string(name) + ".bias", p.bias);
+      std::string base(prefix);
+      if (!base.empty()) base += '.';
+      base += name;
+      f(base + ".weight", p.weight);
+      if (p.has_bias) f(base + ".bias", p.bias);
     };
     visit(tied ? "qk_proj" : "q_proj", q_proj);
     if constexpr (!tied) visit("k_proj", k_proj);

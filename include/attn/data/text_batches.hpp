@@ -1,0 +1,63 @@
+// attn/data/text_batches.hpp: language-model batches from one token array: a train/validation split
+// at a fixed fraction and seeded random windows (x = tokens[s, s+T), y = tokens[s+1, s+T+1)).
+// Does not shuffle or copy the corpus: windows are drawn with replacement, as nanoGPT does, from
+// an Rng the caller passes (a trainer seeds one per step, so resuming replays the same batches).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "../core/rng.hpp"
+#include "../core/tensor.hpp"
+
+namespace attn::data {
+
+enum class Split { train, validation };
+
+class TextBatches {
+ public:
+  // The first train_fraction of `tokens` is the training split, the rest validation.
+  TextBatches(std::vector<std::int32_t> tokens, double train_fraction)
+      : tokens_(std::move(tokens)) {
+    ATTN_CHECK(train_fraction > 0 && train_fraction <= 1, value_error,
+               "TextBatches: train_fraction must be in (0, 1], got ", train_fraction);
+    split_ = static_cast<index_t>(double(tokens_.size()) * train_fraction);
+  }
+
+  index_t size(Split s) const {
+    return s == Split::train ? split_ : index_t(tokens_.size()) - split_;
+  }
+  std::span<const std::int32_t> tokens(Split s) const {
+    const std::span<const std::int32_t> all(tokens_);
+    return s == Split::train ? all.first(std::size_t(split_)) : all.subspan(std::size_t(split_));
+  }
+
+  // Fills x and y with [batch, block] windows of split `s` at starts drawn from `rng`.
+  void sample(Split s, index_t batch, index_t block, Rng& rng, Tensor<std::int32_t>& x,
+              Tensor<std::int32_t>& y) const {
+    ATTN_CHECK(batch > 0 && block > 0, value_error, "TextBatches::sample: batch (", batch,
+               ") and block (", block, ") must be positive");
+    const std::span<const std::int32_t> t = tokens(s);
+    const index_t n = index_t(t.size());
+    ATTN_CHECK(n > block, value_error, "TextBatches::sample: the ",
+               s == Split::train ? "training" : "validation", " split has ", n,
+               " tokens, needs more than the block size ", block);
+    x.resize(Shape{batch, block});
+    y.resize(Shape{batch, block});
+    for (index_t b = 0; b < batch; ++b) {
+      const index_t start = static_cast<index_t>(rng.uniform_int(std::uint64_t(n - block)));
+      for (index_t i = 0; i < block; ++i) {
+        x[b * block + i] = t[std::size_t(start + i)];
+        y[b * block + i] = t[std::size_t(start + i + 1)];
+      }
+    }
+  }
+
+ private:
+  std::vector<std::int32_t> tokens_;
+  index_t split_ = 0;
+};
+
+}  // namespace attn::data

@@ -1,0 +1,126 @@
+// attn/nn/generate.hpp: sampling text from a language model (GPT<…>): temperature, top-k, a seed,
+// a stop token; with the key/value cache each new token costs one position's work, O(T·D) per
+// layer. Does not do beam search or batched sampling of different prompts.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "transformer.hpp"
+
+namespace attn::nn {
+
+struct SampleConfig {
+  index_t max_tokens = 200;  // new tokens to generate (at most)
+  double temperature = 1.0;  // logits are divided by it; 0 picks the most likely token
+  index_t top_k = 0;         // sample among the k most likely tokens (0: all)
+  std::uint64_t seed = 0;
+  std::int32_t stop_token = -1;  // generation ends after emitting it (-1: never)
+  bool use_cache = true;         // false: recompute the whole window for every token (O(T²) each)
+};
+
+// Picks a token from one row of logits under `c` (temperature, top-k) with one draw of `rng`.
+template <class T>
+std::int32_t sample_token(std::span<const T> logits, const SampleConfig& c, Rng& rng) {
+  const index_t V = static_cast<index_t>(logits.size());
+  ATTN_CHECK(V > 0, value_error, "sample_token: empty logits");
+  for (index_t i = 0; i < V; ++i)
+    ATTN_CHECK(std::isfinite(double(logits[static_cast<std::size_t>(i)])), value_error,
+               "sample_token: logit ", i, " is not finite (", logits[static_cast<std::size_t>(i)],
+               ")");
+  if (c.temperature == 0.0)
+    return std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<index_t> order(static_cast<std::size_t>(V));
+  std::iota(order.begin(), order.end(), index_t{0});
+  // Most likely first; ties broken by index so the choice does not depend on the sort.
+  const auto by_logit = [&](index_t a, index_t b) {
+    const T la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  };
+  const index_t k = c.top_k > 0 ? std::min(c.top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
+  // Softmax of logit / temperature over the k candidates, shifted by the largest (no overflow).
+  const double top = double(logits[static_cast<std::size_t>(order[0])]);
+  std::vector<double> p(static_cast<std::size_t>(k));
+  double total = 0;
+  for (index_t i = 0; i < k; ++i) {
+    p[static_cast<std::size_t>(i)] = std::exp(
+        (double(logits[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])]) - top) /
+        c.temperature);
+    total += p[static_cast<std::size_t>(i)];
+  }
+  double u = rng.uniform() * total;
+  for (index_t i = 0; i < k; ++i) {
+    u -= p[static_cast<std::size_t>(i)];
+    if (u < 0) return std::int32_t(order[static_cast<std::size_t>(i)]);
+  }
+  return std::int32_t(order[static_cast<std::size_t>(k - 1)]);
+}
+
+// Continues `prompt` (non-empty) with up to c.max_tokens sampled tokens; returns only the new ones.
+// The model is put in evaluation mode for the call and restored after. When the context would
+// exceed the block size, the cached path restarts from the most recent half block (so positions
+// stay inside the learned table); the uncached path always uses the most recent block_size tokens.
+template <class Model>
+std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> prompt,
+                                   const SampleConfig& c) {
+  using T = typename Model::T;
+  ATTN_CHECK(!prompt.empty(), value_error, "generate: the prompt must hold at least one token");
+  ATTN_CHECK(c.max_tokens >= 0, value_error, "generate: max_tokens must be >= 0, got ",
+             c.max_tokens);
+  ATTN_CHECK(c.temperature >= 0 && std::isfinite(c.temperature), value_error,
+             "generate: temperature must be finite and >= 0, got ", c.temperature);
+  ATTN_CHECK(c.top_k >= 0, value_error, "generate: top_k must be >= 0, got ", c.top_k);
+  const index_t block = model.config().block_size;
+  const bool was_training = model.training();
+  model.set_training(false);
+  struct Restore {
+    Model& m;
+    bool on;
+    ~Restore() { m.set_training(on); }
+  } restore{model, was_training};
+
+  Tape<T> tape;
+  NoGrad<T> no_grad(tape);
+  Rng rng(c.seed);
+  std::vector<std::int32_t> seq(prompt.begin(), prompt.end());
+  std::vector<std::int32_t> out;
+  auto caches = model.make_caches();
+  index_t fed = 0;  // tokens of seq already in the caches
+  Tensor<std::int32_t> ids;
+  const auto window = [&](index_t begin) {
+    ids.resize(Shape{1, index_t(seq.size()) - begin});
+    std::copy(seq.begin() + begin, seq.end(), ids.begin());
+  };
+  for (index_t n = 0; n < c.max_tokens; ++n) {
+    tape.clear();
+    const index_t L = index_t(seq.size());
+    Var<T> logits;
+    if (c.use_cache) {
+      if (caches.front().length() + (L - fed) > block) {  // restart from the recent half block
+        for (auto& cache : caches) cache.clear();
+        fed = std::max<index_t>(L - std::max<index_t>(block / 2, 1), 0);
+      }
+      window(fed);
+      logits = model.decode(tape, ids, caches);
+      fed = L;
+    } else {
+      window(std::max<index_t>(L - block, 0));
+      logits = model(tape, ids);
+    }
+    const index_t V = logits.shape().last(), rows = logits.numel() / V;
+    const T* last = logits.value().data() + (rows - 1) * V;
+    const std::int32_t next = sample_token(std::span<const T>(last, std::size_t(V)), c, rng);
+    seq.push_back(next);
+    out.push_back(next);
+    if (next == c.stop_token) break;
+  }
+  return out;
+}
+
+}  // namespace attn::nn

@@ -1,0 +1,134 @@
+// attn/nn/layers.hpp: the small modules a transformer is built from: Linear, Embedding, LayerNorm,
+// Dropout and the GELU MLP, each a plain struct owning its parameters with a named visitor.
+// Does not hide the tape: a module's call takes Vars and records onto their tape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "../attention/multi_head.hpp"
+#include "../autodiff/autodiff.hpp"
+
+namespace attn::nn {
+
+// Every module visits its parameters as f(name, Parameter&), names joined with '.' under a
+// prefix ("blocks.0.mlp.fc.weight"), in a fixed order: the order checkpoints and optimizers use.
+inline std::string join_name(std::string_view prefix, std::string_view name) {
+  std::string s(prefix);
+  if (!s.empty()) s += '.';
+  s += name;
+  return s;
+}
+
+// y = x Wᵀ + b with W [out, in] (PyTorch's nn.Linear layout); weights ~ N(0, std²), bias 0.
+template <class T = float>
+struct Linear : ProjectionWeights<T> {
+  Linear() = default;
+  Linear(index_t in, index_t out, bool bias, double std, Rng& rng)
+      : ProjectionWeights<T>(out, in, bias, std, rng) {}
+
+  index_t in_features() const { return this->weight.value.shape()[1]; }
+  index_t out_features() const { return this->weight.value.shape()[0]; }
+
+  Var<T> operator()(const Var<T>& x) {
+    ATTN_CHECK(x.shape().last() == in_features(), shape_error, "nn::Linear: input ", x.shape(),
+               " does not end in in_features = ", in_features());
+    return ProjectionWeights<T>::operator()(x.tape(), x);
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    f(join_name(prefix, "weight"), this->weight);
+    if (this->has_bias) f(join_name(prefix, "bias"), this->bias);
+  }
+};
+
+// A table of V vectors of width D; ids of shape S give S + [D].
+template <class T = float>
+struct Embedding {
+  Parameter<T> weight;  // [V, D]
+
+  Embedding() = default;
+  Embedding(index_t vocab, index_t dim, double std, Rng& rng)
+      : weight(Tensor<T>::randn({vocab, dim}, rng, 0.0, std)) {}
+
+  Var<T> operator()(Tape<T>& tape, const Tensor<std::int32_t>& ids) {
+    return embedding(tape.param(weight), ids);
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    f(join_name(prefix, "weight"), weight);
+  }
+};
+
+// y = γ ⊙ (x − μ) / √(σ² + ε) + β over the last axis; γ = 1, β = 0 at initialisation.
+template <class T = float>
+struct LayerNorm {
+  Parameter<T> weight;  // γ [D]
+  Parameter<T> bias;    // β [D]
+  double eps = 1e-5;
+
+  LayerNorm() = default;
+  explicit LayerNorm(index_t dim, double eps_ = 1e-5)
+      : weight(Tensor<T>::ones({dim})), bias(Tensor<T>::zeros({dim})), eps(eps_) {}
+
+  Var<T> operator()(const Var<T>& x) {
+    Tape<T>& tape = x.tape();
+    return layer_norm(x, tape.param(weight), tape.param(bias), eps);
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    f(join_name(prefix, "weight"), weight);
+    f(join_name(prefix, "bias"), bias);
+  }
+};
+
+// Inverted dropout with its own seeded stream; the identity when not training or p = 0.
+struct Dropout {
+  double p = 0.0;
+  Rng rng{0};
+
+  Dropout() = default;
+  Dropout(double p_, std::uint64_t seed) : p(p_), rng(seed) {
+    ATTN_CHECK(p >= 0 && p < 1, value_error, "nn::Dropout: p must be in [0, 1), got ", p);
+  }
+
+  template <class T>
+  Var<T> operator()(const Var<T>& x, bool training) {
+    if (!training || p == 0.0 || !x.tape().grad_enabled()) return x;
+    return dropout(x, p, rng, true);
+  }
+};
+
+// The transformer's position-wise feed-forward network: proj(GELU(fc(x))), hidden width 4·D.
+// GELU is the exact one, x·Φ(x) (PyTorch's nn.GELU default).
+template <class T = float>
+struct MLP {
+  Linear<T> fc;    // [4D, D]
+  Linear<T> proj;  // [D, 4D]
+
+  MLP() = default;
+  MLP(index_t dim, index_t hidden, bool bias, double std, double proj_std, Rng& rng)
+      : fc(dim, hidden, bias, std, rng), proj(hidden, dim, bias, proj_std, rng) {}
+
+  Var<T> operator()(const Var<T>& x) { return proj(gelu(fc(x))); }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    fc.for_each_parameter(f, join_name(prefix, "fc"));
+    proj.for_each_parameter(f, join_name(prefix, "proj"));
+  }
+};
+
+// Number of scalars in a module's parameters.
+template <class Module>
+index_t parameter_count(Module& m) {
+  index_t n = 0;
+  m.for_each_parameter([&](const std::string&, auto& p) { n += p.value.numel(); });
+  return n;
+}
+
+}  // namespace attn::nn

@@ -1,0 +1,270 @@
+// attn/nn/transformer.hpp: TransformerBlock<Attn> (pre- or post-LN residual block) and GPT<Attn>, a
+// decoder-only language model: token + position embeddings, blocks, final LayerNorm, vocabulary
+// head. Does not train or sample by itself (optim/ and nn/generate.hpp do); Attn is any attention
+// module.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "layers.hpp"
+
+namespace attn::nn {
+
+// What TransformerBlock needs from its attention module (MultiHeadAttention<…> satisfies it):
+// built from a MultiHeadConfig; self-attention x [B, T, D] -> [B, T, D] under a mask; incremental
+// decoding with a key/value cache; a training flag; a parameter visitor.
+template <class A>
+concept AttentionModule = std::constructible_from<A, const MultiHeadConfig&> &&
+    requires(A a, const Var<typename A::value_type>& x, const typename A::mask_type& mask,
+             KVCache<typename A::value_type>& cache) {
+  { a(x, mask) } -> std::same_as<Var<typename A::value_type>>;
+  { a.decode(x, cache, mask) } -> std::same_as<Var<typename A::value_type>>;
+  a.training = true;
+  a.reseed(std::uint64_t{0});
+  a.for_each_parameter([](const std::string&, Parameter<typename A::value_type>&) {});
+};
+
+enum class PositionEncoding { learned, sinusoidal, none };
+enum class InitScheme {
+  normal,  // every weight ~ N(0, 0.02²), residual projections 0.02/√(2·layers) (GPT-2)
+  scaled_embedding,  // the same, and embeddings multiplied by √D (Takase et al. 2023, "Spike No
+                     // More"), so the residual stream starts at unit scale
+};
+
+struct GPTConfig {
+  index_t vocab_size = 0;
+  index_t block_size = 0;  // the longest context
+  index_t layers = 0;
+  index_t heads = 0;
+  index_t d_model = 0;
+  index_t kv_heads = 0;  // 0: one key/value head per query head
+  double dropout = 0.0;  // embeddings, residual branches and attention weights, while training
+  bool bias = true;
+  bool pre_ln = true;        // LayerNorm before each branch (GPT-2); false: after the residual add
+  bool tie_weights = false;  // the head reuses the token embedding matrix
+  PositionEncoding positions = PositionEncoding::learned;
+  InitScheme init = InitScheme::normal;
+  double init_std = 0.02;
+  std::uint64_t seed = 0;
+};
+
+// The sinusoidal table of Vaswani et al. (2017): PE[p, 2i] = sin(p / 10000^(2i/D)),
+// PE[p, 2i+1] = cos(p / 10000^(2i/D)).
+template <class T>
+Tensor<T> sinusoidal_positions(index_t length, index_t dim) {
+  Tensor<T> pe(Shape{length, dim});
+  for (index_t p = 0; p < length; ++p)
+    for (index_t i = 0; i < dim; ++i) {
+      const double angle = double(p) / std::pow(10000.0, double(i - i % 2) / double(dim));
+      pe[p * dim + i] = T(i % 2 == 0 ? std::sin(angle) : std::cos(angle));
+    }
+  return pe;
+}
+
+// x + Attn(LN(x)), then + MLP(LN(·)) (pre-LN); or LN(x + Attn(x)), LN(· + MLP(·)) (post-LN).
+template <AttentionModule Attn>
+struct TransformerBlock {
+  using T = typename Attn::value_type;
+  using Mask = typename Attn::mask_type;
+
+  LayerNorm<T> ln1, ln2;
+  Attn attn;
+  MLP<T> mlp;
+  Dropout attn_drop, mlp_drop;  // on the residual branches
+  bool pre_ln = true;
+
+  TransformerBlock(const MultiHeadConfig& mc, bool pre_ln_, double proj_std, Rng& rng)
+      : ln1(mc.d_model),
+        ln2(mc.d_model),
+        attn(mc),
+        mlp(mc.d_model, 4 * mc.d_model, mc.bias, mc.init_std, proj_std, rng),
+        attn_drop(mc.dropout, rng.split()),
+        mlp_drop(mc.dropout, rng.split()),
+        pre_ln(pre_ln_) {
+    // GPT-2 scales the projections that write into the residual stream by 1/√(2·layers).
+    scale(attn.out_proj.weight.value, proj_std / mc.init_std);
+  }
+
+  void set_training(bool on) {
+    training_ = on;
+    attn.training = on;
+  }
+
+  // Restarts every dropout stream of the block from `seed`.
+  void reseed(std::uint64_t seed) {
+    Rng r(seed);
+    attn.reseed(r.split());
+    attn_drop.rng.reseed(r.split());
+    mlp_drop.rng.reseed(r.split());
+  }
+
+  Var<T> operator()(const Var<T>& x, const Mask& mask = {}) {
+    return forward(x, [&](const Var<T>& h) { return attn(h, mask); });
+  }
+  Var<T> decode(const Var<T>& x, KVCache<T>& cache, const Mask& mask = {}) {
+    return forward(x, [&](const Var<T>& h) { return attn.decode(h, cache, mask); });
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    ln1.for_each_parameter(f, join_name(prefix, "ln1"));
+    attn.for_each_parameter(f, join_name(prefix, "attn"));
+    ln2.for_each_parameter(f, join_name(prefix, "ln2"));
+    mlp.for_each_parameter(f, join_name(prefix, "mlp"));
+  }
+
+ private:
+  template <class AttnCall>
+  Var<T> forward(const Var<T>& x, AttnCall&& attend) {
+    if (pre_ln) {
+      const Var<T> h = x + attn_drop(attend(ln1(x)), training_);
+      return h + mlp_drop(mlp(ln2(h)), training_);
+    }
+    const Var<T> h = ln1(x + attn_drop(attend(x), training_));
+    return ln2(h + mlp_drop(mlp(h), training_));
+  }
+
+  static void scale(Tensor<T>& t, double factor) {
+    for (T& v : t) v = T(double(v) * factor);
+  }
+
+  bool training_ = true;
+};
+
+// A GPT: logits[b, t] = head(LN(blocks(embed(ids[b, ≤ t])))). Attn's mask decides causality
+// (mask::Causal for a language model).
+template <AttentionModule Attn>
+class GPT {
+ public:
+  using T = typename Attn::value_type;
+  using Mask = typename Attn::mask_type;
+  using Block = TransformerBlock<Attn>;
+
+  explicit GPT(const GPTConfig& c) : config_(c) {
+    ATTN_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.layers > 0 && c.d_model > 0, value_error,
+               "nn::GPT: vocab_size (", c.vocab_size, "), block_size (", c.block_size,
+               "), layers (", c.layers, ") and d_model (", c.d_model, ") must be positive");
+    ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, value_error, "nn::GPT: dropout ", c.dropout,
+               " outside [0, 1)");
+    ATTN_CHECK(c.init_std > 0, value_error, "nn::GPT: init_std must be positive, got ", c.init_std);
+    Rng rng(c.seed);
+    tok_emb = Embedding<T>(c.vocab_size, c.d_model, c.init_std, rng);
+    if (c.positions == PositionEncoding::learned)
+      pos_emb = Embedding<T>(c.block_size, c.d_model, c.init_std, rng);
+    if (c.positions == PositionEncoding::sinusoidal)
+      sinusoid_ = sinusoidal_positions<T>(c.block_size, c.d_model);
+    const double proj_std = c.init_std / std::sqrt(2.0 * double(c.layers));
+    blocks.reserve(static_cast<std::size_t>(c.layers));
+    for (index_t l = 0; l < c.layers; ++l) {
+      const MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,
+                               c.bias,    c.init_std, rng.split()};
+      blocks.emplace_back(mc, c.pre_ln, proj_std, rng);
+    }
+    ln_f = LayerNorm<T>(c.d_model);
+    if (!c.tie_weights) head = Linear<T>(c.d_model, c.vocab_size, false, c.init_std, rng);
+    emb_drop = Dropout(c.dropout, rng.split());
+  }
+
+  const GPTConfig& config() const { return config_; }
+
+  // Dropout on while training; off for evaluation and sampling.
+  void set_training(bool on) {
+    training_ = on;
+    for (Block& b : blocks) b.set_training(on);
+  }
+  bool training() const { return training_; }
+
+  // Restarts every dropout stream from `seed`: a trainer calls it each step with a seed derived
+  // from (run seed, step), so the dropout masks of step s do not depend on what ran before.
+  void reseed(std::uint64_t seed) {
+    Rng r(seed);
+    emb_drop.rng.reseed(r.split());
+    for (Block& b : blocks) b.reseed(r.split());
+  }
+
+  // ids [B, T] (T <= block_size) -> logits [B, T, V].
+  Var<T> operator()(Tape<T>& tape, const Tensor<std::int32_t>& ids) {
+    Var<T> x = embed(tape, ids, 0);
+    for (Block& b : blocks) x = b(x, Mask{});
+    return logits(tape, x);
+  }
+
+  // Mean cross-entropy of next-token targets [B, T] (-100 = ignored) under the logits.
+  Var<T> loss(Tape<T>& tape, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets) {
+    return cross_entropy((*this)(tape, ids), targets);
+  }
+
+  // One key/value cache per block, for decode().
+  std::vector<KVCache<T>> make_caches() const {
+    return std::vector<KVCache<T>>(static_cast<std::size_t>(config_.layers));
+  }
+
+  // The logits of new positions ids [B, t] that follow the ones already in `caches` (which this
+  // appends to): equal to the last t rows of the full forward pass over the whole sequence.
+  Var<T> decode(Tape<T>& tape, const Tensor<std::int32_t>& ids, std::vector<KVCache<T>>& caches) {
+    ATTN_CHECK(caches.size() == blocks.size(), value_error, "GPT::decode: ", caches.size(),
+               " caches for ", blocks.size(), " blocks (use make_caches())");
+    Var<T> x = embed(tape, ids, caches.front().length());
+    for (std::size_t l = 0; l < blocks.size(); ++l) x = blocks[l].decode(x, caches[l], Mask{});
+    return logits(tape, x);
+  }
+
+  // Visits tok_emb.weight, pos_emb.weight, blocks.<l>.…, ln_f.*, head.weight (when not tied).
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    tok_emb.for_each_parameter(f, join_name(prefix, "tok_emb"));
+    if (config_.positions == PositionEncoding::learned)
+      pos_emb.for_each_parameter(f, join_name(prefix, "pos_emb"));
+    for (std::size_t l = 0; l < blocks.size(); ++l)
+      blocks[l].for_each_parameter(f, join_name(prefix, "blocks." + std::to_string(l)));
+    ln_f.for_each_parameter(f, join_name(prefix, "ln_f"));
+    if (!config_.tie_weights) head.for_each_parameter(f, join_name(prefix, "head"));
+  }
+
+  Embedding<T> tok_emb, pos_emb;
+  std::vector<Block> blocks;
+  LayerNorm<T> ln_f;
+  Linear<T> head;  // unused when tie_weights
+  Dropout emb_drop;
+
+ private:
+  // Token (and position) embeddings of ids [B, t] at positions offset, …, offset + t − 1.
+  Var<T> embed(Tape<T>& tape, const Tensor<std::int32_t>& ids, index_t offset) {
+    ATTN_CHECK(ids.rank() == 2 && ids.shape()[1] > 0, shape_error, "GPT: ids must be [B, T], got ",
+               ids.shape());
+    const index_t B = ids.shape()[0], t = ids.shape()[1], D = config_.d_model;
+    ATTN_CHECK(offset + t <= config_.block_size, value_error, "GPT: positions ", offset, "..",
+               offset + t - 1, " exceed the block size ", config_.block_size);
+    Var<T> x = tok_emb(tape, ids);  // [B, t, D]
+    if (config_.init == InitScheme::scaled_embedding) x = x * T(std::sqrt(double(D)));
+    if (config_.positions != PositionEncoding::none) {
+      positions_.resize(Shape{B, t});
+      for (index_t b = 0; b < B; ++b)
+        for (index_t i = 0; i < t; ++i) positions_[b * t + i] = std::int32_t(offset + i);
+      const Var<T> table = config_.positions == PositionEncoding::learned
+                               ? tape.param(pos_emb.weight)
+                               : tape.leaf(sinusoid_);
+      x = x + embedding(table, positions_);
+    }
+    return emb_drop(x, training_);
+  }
+
+  Var<T> logits(Tape<T>& tape, const Var<T>& x) {
+    const Var<T> h = ln_f(x);
+    if (config_.tie_weights) return matmul(h, tape.param(tok_emb.weight), false, true);
+    return head(h);
+  }
+
+  GPTConfig config_;
+  Tensor<T> sinusoid_;
+  Tensor<std::int32_t> positions_;
+  bool training_ = true;
+};
+
+}  // namespace attn::nn

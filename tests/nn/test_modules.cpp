@@ -1,0 +1,255 @@
+// nn modules: gradients of every parameter by finite differences (double), the tiny GPT's full
+// backward, parameter names, decoding with the cache against the full forward pass, sampling.
+#include <doctest/doctest.h>
+
+#include <attn/attn.hpp>
+#include <string>
+#include <vector>
+
+#include "../module_gradients.hpp"
+#include "../test_util.hpp"
+
+using attn::index_t;
+using attn::Shape;
+using attn::Tape;
+using attn::Tensor;
+using attn::Var;
+namespace nn = attn::nn;
+
+namespace {
+
+using CausalMha =
+    attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal,
+                             attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+using TiedMha =
+    attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal,
+                             attn::Heads<attn::dynamic>, attn::projection::Tied, double>;
+using LinearMha =
+    attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::mask::Causal,
+                             attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+
+// sum(module(x) ⊙ r) for a fixed random r: every output element reaches the loss.
+template <class F>
+auto weighted_sum(const Tensor<double>& x, const Shape& out_shape, F&& module) {
+  attn::Rng rng(99);
+  const Tensor<double> r = Tensor<double>::randn(out_shape, rng);
+  return [x, r, module](Tape<double>& tape) mutable {
+    return attn::sum(module(tape.leaf(x)) * tape.leaf(r));
+  };
+}
+
+nn::GPTConfig tiny_config() {
+  nn::GPTConfig c;
+  c.vocab_size = 7;
+  c.block_size = 6;
+  c.layers = 2;
+  c.heads = 2;
+  c.d_model = 8;
+  c.init_std = 0.3;  // larger than 0.02 so that every path carries a visible gradient
+  c.seed = 5;
+  return c;
+}
+
+Tensor<std::int32_t> ids_of(const Shape& s, std::vector<std::int32_t> v) {
+  return Tensor<std::int32_t>(s, std::span<const std::int32_t>(v));
+}
+
+}  // namespace
+
+TEST_CASE("nn::Linear, nn::LayerNorm, nn::MLP: parameter gradients by finite differences") {
+  attn::Rng rng(1);
+  const Tensor<double> x = Tensor<double>::randn({2, 3, 5}, rng);
+  SUBCASE("Linear") {
+    nn::Linear<double> lin(5, 4, true, 0.5, rng);
+    attn::test::check_module_gradients(
+        lin, weighted_sum(x, {2, 3, 4}, [&](const Var<double>& v) { return lin(v); }));
+  }
+  SUBCASE("LayerNorm") {
+    nn::LayerNorm<double> ln(5);
+    ln.weight.value = Tensor<double>::randn({5}, rng);
+    ln.bias.value = Tensor<double>::randn({5}, rng);
+    attn::test::check_module_gradients(
+        ln, weighted_sum(x, {2, 3, 5}, [&](const Var<double>& v) { return ln(v); }));
+  }
+  SUBCASE("MLP") {
+    nn::MLP<double> mlp(5, 20, true, 0.5, 0.3, rng);
+    attn::test::check_module_gradients(
+        mlp, weighted_sum(x, {2, 3, 5}, [&](const Var<double>& v) { return mlp(v); }), 3);
+  }
+}
+
+TEST_CASE("nn::TransformerBlock: pre-LN and post-LN gradients by finite differences") {
+  attn::Rng rng(2);
+  const Tensor<double> x = Tensor<double>::randn({2, 4, 8}, rng);
+  const attn::MultiHeadConfig mc{8, 2, 0, 0.0, true, 0.4, 11};
+  for (const bool pre_ln : {true, false}) {
+    CAPTURE(pre_ln);
+    nn::TransformerBlock<CausalMha> block(mc, pre_ln, 0.2, rng);
+    attn::test::check_module_gradients(
+        block, weighted_sum(x, {2, 4, 8}, [&](const Var<double>& v) { return block(v); }), 7);
+  }
+}
+
+TEST_CASE("nn::GPT: the full backward of a tiny model against finite differences") {
+  const auto ids = ids_of({2, 5}, {1, 2, 3, 4, 5, 6, 0, 1, 2, 3});
+  const auto targets = ids_of({2, 5}, {2, 3, 4, 5, 6, 0, 1, 2, 3, -100});
+  auto check = [&](nn::GPTConfig c) {
+    nn::GPT<CausalMha> gpt(c);
+    attn::test::check_module_gradients(
+        gpt, [&](Tape<double>& tape) { return gpt.loss(tape, ids, targets); }, 5);
+  };
+  SUBCASE("learned positions, pre-LN") {
+    check(tiny_config());
+  }
+  SUBCASE("sinusoidal positions, tied head, scaled embedding, post-LN") {
+    nn::GPTConfig c = tiny_config();
+    c.positions = nn::PositionEncoding::sinusoidal;
+    c.tie_weights = true;
+    c.init = nn::InitScheme::scaled_embedding;
+    c.init_std = 0.1;
+    c.pre_ln = false;
+    check(c);
+  }
+}
+
+TEST_CASE("nn::GPT: parameter names and counts") {
+  nn::GPTConfig c = tiny_config();
+  c.layers = 1;
+  std::vector<std::string> names;
+  nn::GPT<CausalMha> gpt(c);
+  gpt.for_each_parameter(
+      [&](const std::string& n, attn::Parameter<double>&) { names.push_back(n); });
+  const std::vector<std::string> expected{"tok_emb.weight",
+                                          "pos_emb.weight",
+                                          "blocks.0.ln1.weight",
+                                          "blocks.0.ln1.bias",
+                                          "blocks.0.attn.q_proj.weight",
+                                          "blocks.0.attn.q_proj.bias",
+                                          "blocks.0.attn.k_proj.weight",
+                                          "blocks.0.attn.k_proj.bias",
+                                          "blocks.0.attn.v_proj.weight",
+                                          "blocks.0.attn.v_proj.bias",
+                                          "blocks.0.attn.out_proj.weight",
+                                          "blocks.0.attn.out_proj.bias",
+                                          "blocks.0.ln2.weight",
+                                          "blocks.0.ln2.bias",
+                                          "blocks.0.mlp.fc.weight",
+                                          "blocks.0.mlp.fc.bias",
+                                          "blocks.0.mlp.proj.weight",
+                                          "blocks.0.mlp.proj.bias",
+                                          "ln_f.weight",
+                                          "ln_f.bias",
+                                          "head.weight"};
+  CHECK(names == expected);
+  // 7·8 + 6·8 + block (2·8 + 4·(8·8 + 8) + 2·8 + (8·32 + 32) + (32·8 + 8)) + 2·8 + 8·7
+  CHECK(nn::parameter_count(gpt) == 56 + 48 + (16 + 288 + 16 + 288 + 264) + 16 + 56);
+  // Tied query/key: one projection fewer per block, a third of the attention's q/k/v weights.
+  nn::GPT<TiedMha> tied(c);
+  CHECK(nn::parameter_count(gpt) - nn::parameter_count(tied) == 8 * 8 + 8);
+}
+
+TEST_CASE("nn::GPT: decoding with the key/value cache equals the full forward pass") {
+  const auto ids = ids_of({2, 6}, {1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5});
+  auto check = [&](auto& gpt) {
+    gpt.set_training(false);
+    Tape<double> tape;
+    const Tensor<double> full = gpt(tape, ids).value();  // [2, 6, 7]
+    auto caches = gpt.make_caches();
+    // Feed 3 positions, then 1, then 2: each chunk's logits are the matching rows of `full`.
+    index_t done = 0;
+    for (const index_t chunk : {3, 1, 2}) {
+      Tensor<std::int32_t> part(Shape{2, chunk});
+      for (index_t b = 0; b < 2; ++b)
+        for (index_t i = 0; i < chunk; ++i) part[b * chunk + i] = ids[b * 6 + done + i];
+      const Tensor<double> got = gpt.decode(tape, part, caches).value();
+      for (index_t b = 0; b < 2; ++b)
+        for (index_t i = 0; i < chunk; ++i)
+          for (index_t v = 0; v < 7; ++v)
+            CHECK(got[(b * chunk + i) * 7 + v] ==
+                  doctest::Approx(full[(b * 6 + done + i) * 7 + v]).epsilon(1e-12));
+      done += chunk;
+    }
+    CHECK(caches[0].length() == 6);
+    Tensor<std::int32_t> one(Shape{2, 1}, std::int32_t{1});
+    CHECK(attn::test::message_of([&] {
+            gpt.decode(tape, one, caches);
+          }).find("exceed the block size 6") != std::string::npos);
+  };
+  nn::GPT<CausalMha> standard(tiny_config());
+  check(standard);
+  nn::GPT<TiedMha> tied(tiny_config());
+  check(tied);
+  nn::GPTConfig c = tiny_config();
+  c.positions = nn::PositionEncoding::sinusoidal;
+  nn::GPT<LinearMha> linear(c);
+  check(linear);
+}
+
+TEST_CASE("nn::generate: the cached and the uncached sampler draw the same tokens") {
+  nn::GPTConfig c = tiny_config();
+  c.block_size = 24;
+  nn::GPT<CausalMha> gpt(c);
+  const std::vector<std::int32_t> prompt{3, 1, 4};
+  for (const double temperature : {0.0, 0.8}) {
+    nn::SampleConfig s;
+    s.max_tokens = 21;  // prompt + new tokens fill the block exactly: no restart
+    s.temperature = temperature;
+    s.top_k = 4;
+    s.seed = 17;
+    const auto cached = nn::generate(gpt, prompt, s);
+    s.use_cache = false;
+    const auto uncached = nn::generate(gpt, prompt, s);
+    CHECK(cached.size() == 21);
+    CHECK(cached == uncached);
+  }
+  CHECK(gpt.training());  // restored after sampling
+  nn::SampleConfig s;
+  s.max_tokens = 60;  // past the block: the cached sampler restarts from half a block
+  s.seed = 3;
+  CHECK(nn::generate(gpt, prompt, s).size() == 60);
+  s.stop_token = nn::generate(gpt, prompt, s)[4];
+  CHECK(nn::generate(gpt, prompt, s).size() <= 5);
+}
+
+TEST_CASE("nn::sample_token: temperature 0 is argmax; top-k keeps the k best") {
+  const std::vector<float> logits{0.1f, 3.0f, -1.0f, 2.9f, 0.0f};
+  attn::Rng rng(1);
+  nn::SampleConfig s;
+  s.temperature = 0;
+  CHECK(nn::sample_token<float>(logits, s, rng) == 1);
+  s.temperature = 1;
+  s.top_k = 2;
+  int counts[5] = {};
+  for (int i = 0; i < 2000; ++i) ++counts[nn::sample_token<float>(logits, s, rng)];
+  CHECK(counts[0] + counts[2] + counts[4] == 0);
+  // p(1) / p(3) = e^0.1: about 0.525 of the draws.
+  CHECK(counts[1] / 2000.0 == doctest::Approx(0.525).epsilon(0.06));
+  const std::vector<float> bad{0.0f, std::numeric_limits<float>::quiet_NaN()};
+  CHECK(attn::test::message_of([&] {
+          nn::sample_token<float>(bad, s, rng);
+        }).find("logit 1 is not finite") != std::string::npos);
+}
+
+TEST_CASE("nn: sinusoidal positions and configuration errors") {
+  const Tensor<double> pe = nn::sinusoidal_positions<double>(3, 4);
+  CHECK(pe[0] == 0.0);
+  CHECK(pe[1] == 1.0);
+  CHECK(pe[4 + 0] == doctest::Approx(std::sin(1.0)));
+  CHECK(pe[4 + 3] == doctest::Approx(std::cos(1.0 / 100.0)));
+  nn::GPTConfig c = tiny_config();
+  c.d_model = 9;
+  CHECK(attn::test::message_of([&] { nn::GPT<CausalMha> g(c); }).find("divisible") !=
+        std::string::npos);
+  c = tiny_config();
+  c.layers = 0;
+  CHECK(attn::test::message_of([&] { nn::GPT<CausalMha> g(c); }).find("layers (0)") !=
+        std::string::npos);
+  nn::GPT<CausalMha> gpt(tiny_config());
+  Tape<double> tape;
+  CHECK(attn::test::message_of([&] {
+          gpt(tape, ids_of({1, 7}, {0, 1, 2, 3, 4, 5, 6}));
+        }).find("exceed the block size") != std::string::npos);
+  CHECK(attn::test::message_of([&] {
+          gpt(tape, ids_of({1, 2}, {0, 7}));
+        }).find("outside") != std::string::npos);
+}
