@@ -1,3 +1,4 @@
 # The benchmark programs; attn_add_benchmark is defined in benchmarks/CMakeLists.txt.
 attn_add_benchmark(autodiff autodiff.cpp)
 attn_add_benchmark(attention attention.cpp)
+attn_add_benchmark(train_step train_step.cpp)

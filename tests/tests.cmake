@@ -7,6 +7,7 @@ attn_add_test(autodiff_training autodiff/test_training.cpp)
 attn_add_test(attention attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp attention/test_paths_feature_map.cpp
               attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp)
 attn_add_test(attention_torch_parity attention/test_torch_parity.cpp)
+attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp)
 # Programs that must not compile, each with the concept or static_assert it must trip.
 attn_add_compile_fail_test(compile_fail_score_missing_alpha compile_fail/score_missing_alpha.cpp REGEX "ScorePolicy")
 attn_add_compile_fail_test(compile_fail_mask_missing_tile compile_fail/mask_missing_tile.cpp REGEX "MaskPolicy")
@@ -22,3 +23,6 @@ foreach(_cf score_missing_alpha mask_missing_tile kernel_not_a_policy heads_zero
 endforeach()
 attn_add_test(nn nn/test_modules.cpp)
 attn_add_test(data data/test_data.cpp)
+attn_add_test(gpt_training nn/test_gpt_training.cpp)
+attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log.cpp)
+attn_add_test(learned_scores attention/test_learned_scores.cpp)

@@ -1,8 +1,10 @@
-// attn/attn.hpp: everything in attn that runs on the CPU without extra dependencies.
+// attn/attn.hpp: everything in attn that runs on the CPU (Eigen, nlohmann_json, OpenMP).
 // Does not include analysis/hull.hpp (needs Qhull, target attn::hull) nor cuda/ (nvcc only).
 #pragma once
 
+#include "attention/learned_scores.hpp"
 #include "attention/multi_head.hpp"
+#include "attention/synthesizer.hpp"
 #include "autodiff/autodiff.hpp"
 #include "core/error.hpp"
 #include "core/gemm.hpp"
@@ -11,4 +13,7 @@
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
 #include "data/data.hpp"
+#include "io/checkpoint.hpp"
+#include "io/io.hpp"
 #include "nn/nn.hpp"
+#include "optim/optim.hpp"

@@ -53,6 +53,8 @@ struct MultiHeadConfig {
   bool bias = true;        // biases on the four projections
   double init_std = 0.02;  // weights ~ N(0, init_std²), biases 0
   std::uint64_t seed = 0;  // initialisation and dropout
+  index_t max_length = 0;  // the longest sequence, for modules whose weights depend on it
+                           // (the dense synthesizer); 0 when unused
 };
 
 // A linear map y = x Wᵀ + b with W [out, in], PyTorch's layout.

@@ -26,6 +26,15 @@ class TextBatches {
     split_ = static_cast<index_t>(double(tokens_.size()) * train_fraction);
   }
 
+  // The first `train_tokens` tokens are the training split, the rest validation.
+  static TextBatches split_at(std::vector<std::int32_t> tokens, index_t train_tokens) {
+    ATTN_CHECK(train_tokens >= 0 && train_tokens <= index_t(tokens.size()), value_error,
+               "TextBatches::split_at: ", train_tokens, " training tokens out of ", tokens.size());
+    TextBatches b(std::move(tokens), 1.0);
+    b.split_ = train_tokens;
+    return b;
+  }
+
   index_t size(Split s) const {
     return s == Split::train ? split_ : index_t(tokens_.size()) - split_;
   }

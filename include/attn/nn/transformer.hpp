@@ -162,8 +162,9 @@ class GPT {
     const double proj_std = c.init_std / std::sqrt(2.0 * double(c.layers));
     blocks.reserve(static_cast<std::size_t>(c.layers));
     for (index_t l = 0; l < c.layers; ++l) {
-      const MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,
-                               c.bias,    c.init_std, rng.split()};
+      MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,
+                         c.bias,    c.init_std, rng.split()};
+      mc.max_length = c.block_size;
       blocks.emplace_back(mc, c.pre_ln, proj_std, rng);
     }
     ln_f = LayerNorm<T>(c.d_model);

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""The PyTorch side of benchmarks/train_step.cpp: the same GPT (pre-LN blocks, learned positions,
+separate q/k/v/out projections with biases, exact-GELU MLP of width 4D, final LayerNorm, bias-free
+head), the same configurations, full training steps (forward, backward, clip_grad_norm_, AdamW
+with decay on matrices only), float32 on the CPU. Attention is written out as nanoGPT does on
+torch < 2.0 (masked_fill + softmax), since torch 1.13 has no fused attention.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 benchmarks/torch_train_step.py \
+        --config A --threads 2 --steps 10
+
+(OPENBLAS_CORETYPE is preset on this machine for older OpenBLAS builds and slows PyTorch's GEMM;
+the command unsets it for this process only.) One configuration per process, so the peak RSS it
+prints belongs to that configuration. Needs python3-torch (Debian); attn does not depend on it.
+"""
+import argparse
+import math
+import resource
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = {"A": dict(vocab=256, layers=4, heads=8, embd=256, block=128, batch=32),
+           "B": dict(vocab=65, layers=6, heads=6, embd=384, block=256, batch=16)}
+
+
+class Attention(nn.Module):
+    def __init__(self, d, h, block):
+        super().__init__()
+        self.h = h
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+        self.register_buffer("mask", torch.tril(torch.ones(block, block, dtype=torch.bool)))
+
+    def forward(self, x):
+        B, T, D = x.shape
+        split = lambda t: t.view(B, T, self.h, D // self.h).transpose(1, 2)  # [B, H, T, Dh]
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(D // self.h)
+        s = s.masked_fill(~self.mask[:T, :T], float("-inf"))
+        y = F.softmax(s, dim=-1) @ v
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class Block(nn.Module):
+    def __init__(self, d, h, block):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = Attention(d, h, block)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, layers, heads, embd, block):
+        super().__init__()
+        self.tok_emb, self.pos_emb = nn.Embedding(vocab, embd), nn.Embedding(block, embd)
+        self.blocks = nn.ModuleList(Block(embd, heads, block) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(embd)
+        self.head = nn.Linear(embd, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", choices=CONFIGS, default="A")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    c = CONFIGS[args.config]
+    model = GPT(c["vocab"], c["layers"], c["heads"], c["embd"], c["block"])
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-4)
+    x = torch.randint(c["vocab"], (c["batch"], c["block"]))
+    y = torch.randint(c["vocab"], (c["batch"], c["block"]))
+
+    def step():
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss.item()
+
+    step()
+    step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        loss = step()
+    secs = time.perf_counter() - t0
+    tokens = c["batch"] * c["block"] * args.steps
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"torch {torch.__version__} config {args.config} {c}, {args.threads} threads, "
+          f"{args.steps} steps\n  tokens/s {tokens / secs:.0f} | {1e3 * secs / args.steps:.1f} ms/step"
+          f" | loss {loss:.4f} | peak RSS {peak:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,499 @@
+// examples/char_gpt: trains a character-level GPT (attn::nn::GPT) on a text file with AdamW and a
+// warmup + cosine schedule, logs and plots the losses, saves a resumable safetensors checkpoint,
+// and samples from it; `char_gpt sample` samples from a saved checkpoint.
+// Does not tokenize beyond characters nor train on more than one machine.
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <attn/attn.hpp>
+#include <attn/io/checkpoint.hpp>
+#include <attn/io/io.hpp>
+#include <attn/optim/optim.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plot.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using attn::index_t;
+using attn::Tensor;
+namespace nn = attn::nn;
+namespace io = attn::io;
+namespace optim = attn::optim;
+
+// ---- the attention variants: --attention name -> a policy combination ----------------------
+
+template <class Score, class Kernel, class Projection>
+using Mha = attn::MultiHeadAttention<Score, Kernel, attn::mask::Causal, attn::Heads<attn::dynamic>,
+                                     Projection, float>;
+using Standard = Mha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Separate>;
+using Symmetric = Mha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Tied>;
+using Euclidean =
+    Mha<attn::score::NegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;
+using Linear = Mha<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::projection::Separate>;
+using Synthesizer =
+    attn::SynthesizerAttention<attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
+
+const std::map<std::string, std::string> attention_help{
+    {"standard", "scaled dot product, softmax, separate W_Q and W_K"},
+    {"symmetric", "tied W_Q = W_K (symmetric scores), softmax"},
+    {"euclidean", "negative squared Euclidean distance -|q-k|^2, softmax"},
+    {"linear", "elu(x)+1 feature maps, O(T) causal linear attention"},
+    {"synthesizer", "dense synthesizer: scores ReLU(x A + b1) B + b2 from each token alone"},
+};
+
+template <class F>
+int with_attention(const std::string& name, F&& f) {
+  if (name == "standard") return f.template operator()<Standard>();
+  if (name == "symmetric") return f.template operator()<Symmetric>();
+  if (name == "euclidean") return f.template operator()<Euclidean>();
+  if (name == "linear") return f.template operator()<Linear>();
+  if (name == "synthesizer") return f.template operator()<Synthesizer>();
+  throw attn::value_error("char_gpt: unknown attention '" + name + "'");
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+struct TrainOptions {
+  std::string data = "data/tinyshakespeare.txt";
+  std::vector<std::string> vocab_from;  // extra corpora whose characters join the vocabulary
+  std::string attention = "standard";
+  std::string positions = "learned";
+  index_t layers = 4, heads = 4, embd = 128, block = 64, batch = 32;
+  std::int64_t steps = 600, warmup = 50;
+  std::int64_t stop_at = 0;  // > 0: end this session after that many steps (resume later)
+  double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
+  double dropout = 0.0, train_fraction = 0.9, data_fraction = 1.0;
+  std::uint64_t seed = 1;
+  int threads = 2;
+  std::int64_t eval_every = 100, eval_batches = 8;
+  std::string out = "runs/char_gpt";
+  std::string resume;
+  std::string init_from;  // start from a checkpoint's weights with a fresh optimizer (transfer)
+  index_t sample_tokens = 500;
+  double temperature = 0.8;
+  std::string prompt = "\n";
+};
+
+struct SampleOptions {
+  std::string checkpoint;
+  std::string prompt = "\n";
+  index_t tokens = 500;
+  double temperature = 0.8;
+  index_t top_k = 0;
+  std::uint64_t seed = 1;
+  bool no_cache = false;
+  int threads = 2;
+};
+
+std::string read_text(const std::string& path) {
+  const std::vector<std::byte> bytes = io::read_file(path);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+nn::PositionEncoding parse_positions(const std::string& s) {
+  if (s == "learned") return nn::PositionEncoding::learned;
+  if (s == "sinusoidal") return nn::PositionEncoding::sinusoidal;
+  return nn::PositionEncoding::none;
+}
+
+// A seed for step `step` of stream `stream` of a run: batches and dropout of a step depend only
+// on (seed, step), so a resumed run replays exactly what the uninterrupted one would have done.
+std::uint64_t step_seed(std::uint64_t seed, std::uint64_t stream, std::int64_t step) {
+  attn::Rng r(seed ^ (stream * 0x9E3779B97F4A7C15ull) ^ (std::uint64_t(step) << 20));
+  return r.split();
+}
+
+std::string format_duration(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  return buf;
+}
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+// The settings that define a run's trajectory, saved with every checkpoint so that --resume
+// continues the same run whatever options it is given (only --stop-at and --threads apply).
+std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_done) {
+  auto& m = file.metadata;
+  m["train.step"] = std::to_string(steps_done);
+  m["train.steps"] = std::to_string(o.steps);
+  m["train.warmup"] = std::to_string(o.warmup);
+  m["train.batch"] = std::to_string(o.batch);
+  m["train.seed"] = std::to_string(o.seed);
+  m["train.eval_every"] = std::to_string(o.eval_every);
+  m["train.eval_batches"] = std::to_string(o.eval_batches);
+  m["train.lr"] = exact(o.lr);
+  m["train.min_lr"] = exact(o.min_lr);
+  m["train.weight_decay"] = exact(o.weight_decay);
+  m["train.beta2"] = exact(o.beta2);
+  m["train.grad_clip"] = exact(o.grad_clip);
+  m["train.train_fraction"] = exact(o.train_fraction);
+  m["train.data_fraction"] = exact(o.data_fraction);
+}
+
+void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string& source) {
+  const auto integer = [&](const char* key) { return io::metadata_int(file, key, source); };
+  const auto real = [&](const char* key) { return io::metadata_double(file, key, source); };
+  o.steps = integer("train.steps");
+  o.warmup = integer("train.warmup");
+  o.batch = integer("train.batch");
+  o.seed = std::stoull(io::metadata_string(file, "train.seed", source));
+  o.eval_every = integer("train.eval_every");
+  o.eval_batches = integer("train.eval_batches");
+  o.lr = real("train.lr");
+  o.min_lr = real("train.min_lr");
+  o.weight_decay = real("train.weight_decay");
+  o.beta2 = real("train.beta2");
+  o.grad_clip = real("train.grad_clip");
+  o.train_fraction = real("train.train_fraction");
+  o.data_fraction = real("train.data_fraction");
+  ATTN_CHECK(o.steps > 0 && o.batch > 0 && o.eval_every > 0 && o.eval_batches > 0 &&
+                 o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.train_fraction > 0 &&
+                 o.train_fraction <= 1 && o.data_fraction > 0 && o.data_fraction <= 1,
+             attn::io_error, source, ": the saved training settings are out of range");
+}
+
+template <class Model, class Optimizer>
+void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
+                     const attn::data::CharTokenizer& tok, const TrainOptions& o,
+                     std::int64_t steps_done) {
+  io::Safetensors file;
+  io::put_parameters(file, model);
+  if (opt != nullptr) io::put_optimizer_state(file, *opt);
+  io::put_gpt_config(file, model.config());
+  file.metadata["format"] = "attn.char_gpt.v1";
+  file.metadata["attention"] = o.attention;
+  file.metadata["vocab"] = tok.vocabulary();
+  put_run(file, o, steps_done);
+  io::save_safetensors(path, file);
+}
+
+io::Safetensors open_checkpoint(const std::string& path) {
+  io::Safetensors file = io::load_safetensors(path);
+  const auto it = file.metadata.find("format");
+  ATTN_CHECK(it != file.metadata.end() && it->second == "attn.char_gpt.v1", attn::io_error, path,
+             ": not a char_gpt checkpoint (metadata 'format' is missing or not attn.char_gpt.v1)");
+  return file;
+}
+
+// ---- training --------------------------------------------------------------------------------
+
+template <class Attn>
+int train(const TrainOptions& options) {
+  using Model = nn::GPT<Attn>;
+  TrainOptions o = options;
+  const bool tty = isatty(fileno(stderr)) != 0;
+  attn::set_num_threads(o.threads);
+
+  io::Safetensors resumed;
+  const bool resuming = !o.resume.empty();
+  if (resuming) {
+    resumed = open_checkpoint(o.resume);
+    restore_run(resumed, o, o.resume);
+  }
+  if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
+  const std::string& source = resuming ? o.resume : o.init_from;
+  const bool from_checkpoint = resuming || !o.init_from.empty();
+
+  // The corpus and its vocabulary (from the checkpoint when continuing one).
+  std::string text = read_text(o.data);
+  attn::data::CharTokenizer tok;
+  if (from_checkpoint) {
+    tok = attn::data::CharTokenizer::from_vocabulary(io::metadata_string(resumed, "vocab", source));
+  } else {
+    std::string all = text;
+    for (const std::string& extra : o.vocab_from) all += read_text(extra);
+    tok = attn::data::CharTokenizer::from_corpus(all);
+  }
+  // Training split: the first train_fraction of the text, of which only the first data_fraction
+  // is used (the data-size study); validation: always the rest of the text.
+  std::vector<std::int32_t> tokens = tok.encode(text);
+  const auto n_train = std::size_t(double(tokens.size()) * o.train_fraction);
+  const auto keep = std::size_t(double(n_train) * o.data_fraction);
+  tokens.erase(tokens.begin() + std::ptrdiff_t(keep), tokens.begin() + std::ptrdiff_t(n_train));
+  const auto batches = attn::data::TextBatches::split_at(std::move(tokens), index_t(keep));
+
+  nn::GPTConfig config;
+  if (from_checkpoint) {
+    config = io::get_gpt_config(resumed, source);
+    if (io::metadata_string(resumed, "attention", source) != o.attention)
+      throw attn::value_error("char_gpt: " + source + " was trained with --attention " +
+                              io::metadata_string(resumed, "attention", source) + ", not " +
+                              o.attention);
+    if (!resuming) config.dropout = o.dropout;  // a new run from old weights picks its own
+  } else {
+    config.vocab_size = tok.size();
+    config.block_size = o.block;
+    config.layers = o.layers;
+    config.heads = o.heads;
+    config.d_model = o.embd;
+    config.dropout = o.dropout;
+    config.positions = parse_positions(o.positions);
+    config.seed = o.seed;
+  }
+  const index_t block = config.block_size;
+  Model model(config);
+  auto params = optim::parameters_of<float>(model);
+  optim::AdamConfig ac;
+  ac.lr = o.lr;
+  ac.beta2 = o.beta2;
+  ac.weight_decay = o.weight_decay;
+  optim::AdamW<float> opt(params, ac);
+  std::int64_t start = 0;
+  if (from_checkpoint) io::get_parameters(resumed, model, source);
+  if (resuming) {
+    io::get_optimizer_state(resumed, opt, source);
+    start = io::metadata_int(resumed, "train.step", source);
+  }
+  const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
+
+  fs::create_directories(o.out);
+  const fs::path out(o.out);
+  io::CsvLog log(out / "log.csv",
+                 {"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"},
+                 resuming);
+  const index_t n_params = nn::parameter_count(model);
+  index_t n_attn = 0;
+  model.for_each_parameter([&](const std::string& name, attn::Parameter<float>& p) {
+    if (name.find(".attn.") != std::string::npos) n_attn += p.value.numel();
+  });
+  std::printf(
+      "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
+      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n",
+      o.attention.c_str(), (long long)config.layers, (long long)config.heads,
+      (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
+      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads);
+  if (start > 0)
+    std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
+  std::fflush(stdout);
+
+  attn::Tape<float> tape;
+  Tensor<std::int32_t> x, y;
+  const auto evaluate = [&](std::int64_t step) {
+    model.set_training(false);
+    attn::NoGrad<float> no_grad(tape);
+    attn::Rng rng(step_seed(o.seed, 2, step));
+    double total = 0;
+    for (std::int64_t i = 0; i < o.eval_batches; ++i) {
+      tape.clear();
+      batches.sample(attn::data::Split::validation, o.batch, block, rng, x, y);
+      total += model.loss(tape, x, y).item();
+    }
+    model.set_training(true);
+    return total / double(o.eval_batches);
+  };
+
+  std::vector<double> curve_step, curve_train, curve_val;
+  double window_loss = 0, grad_norm = 0, val = std::nan("");
+  std::int64_t window = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_window = t0;
+  const auto seconds_since = [](auto t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  double tokens_per_s = 0;
+  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  for (std::int64_t step = start; step < end; ++step) {
+    attn::Rng rng(step_seed(o.seed, 1, step));
+    batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
+    model.reseed(rng.split());
+    tape.clear();
+    const attn::Var<float> loss_var = model.loss(tape, x, y);
+    tape.backward(loss_var);
+    const double loss = loss_var.item();  // read now: evaluate() below clears the tape
+    grad_norm = optim::clip_grad_norm(params, o.grad_clip);
+    opt.set_lr(schedule(step));
+    opt.step();
+    opt.zero_grad();
+    ATTN_CHECK(std::isfinite(loss), attn::value_error, "char_gpt: the loss at step ", step, " is ",
+               loss, "; lower --lr");
+    window_loss += loss;
+    ++window;
+
+    const bool last = step + 1 == end;
+    const bool eval = (step + 1) % o.eval_every == 0 || last;
+    const double elapsed = seconds_since(t0);
+    const double done = double(step + 1 - start), left = double(end - step - 1);
+    tokens_per_s = done * double(o.batch * block) / elapsed;
+    if (eval) {
+      val = evaluate(step);
+      const double train_loss = window_loss / double(window);
+      const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
+      log.row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps, elapsed});
+      curve_step.push_back(double(step + 1));
+      curve_train.push_back(train_loss);
+      curve_val.push_back(val);
+      window_loss = 0, window = 0;
+      save_checkpoint(out / "checkpoint.safetensors", model, &opt, tok, o, step + 1);
+      t_window = std::chrono::steady_clock::now();
+    }
+    if (tty || eval) {
+      const int width = 24, filled = int(double(width) * double(step + 1) / double(o.steps));
+      std::fprintf(stderr, "%s[%s%s] step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s | ETA %s%s",
+                   tty ? "\r" : "", std::string(std::size_t(filled), '#').c_str(),
+                   std::string(std::size_t(width - filled), '.').c_str(), (long long)(step + 1),
+                   (long long)o.steps, loss, val, tokens_per_s,
+                   format_duration(left * elapsed / done).c_str(), tty ? "   " : "\n");
+      std::fflush(stderr);
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+
+  std::printf("training: %.1f s, %.0f tokens/s, final val loss %.4f\n", seconds_since(t0),
+              tokens_per_s, val);
+  const fs::path svg = out / "loss.svg", png = out / "loss.png";
+  char_gpt::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+                      {{"train", "#1f77b4", curve_step, curve_train},
+                       {"validation", "#d62728", curve_step, curve_val}});
+  const bool have_png =
+      !resuming && char_gpt::gnuplot_png(out / "log.csv", png, "char_gpt: " + o.attention,
+                                         {{2, "train"}, {3, "validation"}});
+  std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
+  std::printf("checkpoint: %s\n", (out / "checkpoint.safetensors").c_str());
+
+  if (o.sample_tokens > 0) {
+    nn::SampleConfig s;
+    s.max_tokens = o.sample_tokens;
+    s.temperature = o.temperature;
+    s.seed = o.seed;
+    const auto prompt = tok.encode(o.prompt);
+    const std::string sample = o.prompt + tok.decode(nn::generate(model, prompt, s));
+    io::write_file_atomically(out / "sample.txt", sample);
+    std::printf("sample (%lld characters, temperature %.2f):\n%s\n", (long long)o.sample_tokens,
+                o.temperature, sample.c_str());
+  }
+  return 0;
+}
+
+// ---- sampling from a checkpoint ------------------------------------------------------------
+
+template <class Attn>
+int sample(const SampleOptions& o, const io::Safetensors& file) {
+  attn::set_num_threads(o.threads);
+  nn::GPT<Attn> model(io::get_gpt_config(file, o.checkpoint));
+  io::get_parameters(file, model, o.checkpoint);
+  const auto tok =
+      attn::data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.checkpoint));
+  nn::SampleConfig s;
+  s.max_tokens = o.tokens;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.seed = o.seed;
+  s.use_cache = !o.no_cache;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = nn::generate(model, tok.encode(o.prompt), s);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s%s\n", o.prompt.c_str(), tok.decode(ids).c_str());
+  std::fprintf(stderr, "%zu tokens in %.2f s (%.0f tokens/s, %s)\n", ids.size(), secs,
+               double(ids.size()) / secs, s.use_cache ? "key/value cache" : "no cache");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
+  TrainOptions t;
+  std::string choices;
+  for (const auto& [name, help] : attention_help) choices += "\n  " + name + ": " + help;
+  app.add_option("--data", t.data, "training text (UTF-8)")->check(CLI::ExistingFile);
+  app.add_option("--vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
+      ->check(CLI::ExistingFile);
+  app.add_option("--attention", t.attention, "attention variant:" + choices)
+      ->check(CLI::IsMember({"standard", "symmetric", "euclidean", "linear", "synthesizer"}));
+  app.add_option("--positions", t.positions, "position encoding")
+      ->check(CLI::IsMember({"learned", "sinusoidal", "none"}));
+  app.add_option("--layers", t.layers, "transformer blocks")->check(CLI::Range(1, 64));
+  app.add_option("--heads", t.heads, "attention heads (must divide --embd)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--embd", t.embd, "model width")->check(CLI::Range(1, 8192));
+  app.add_option("--block", t.block, "context length")->check(CLI::Range(1, 8192));
+  app.add_option("--batch", t.batch, "sequences per step")->check(CLI::Range(1, 4096));
+  app.add_option("--steps", t.steps, "optimizer steps in total")->check(CLI::Range(1, 100000000));
+  app.add_option("--stop-at", t.stop_at,
+                 "end this session after this many steps; --resume continues the same run")
+      ->check(CLI::Range(0, 100000000));
+  app.add_option("--warmup", t.warmup, "linear warmup steps")->check(CLI::Range(0, 100000000));
+  app.add_option("--lr", t.lr, "peak learning rate")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--min-lr", t.min_lr, "learning rate at the end of the cosine")
+      ->check(CLI::Range(0.0, 10.0));
+  app.add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (matrices only)")
+      ->check(CLI::Range(0.0, 10.0));
+  app.add_option("--beta2", t.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--grad-clip", t.grad_clip, "global gradient-norm clip")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--dropout", t.dropout, "dropout (embeddings, residuals, attention)")
+      ->check(CLI::Range(0.0, 0.95));
+  app.add_option("--data-fraction", t.data_fraction, "use only this fraction of the training split")
+      ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--seed", t.seed, "seed for the weights, batches and dropout");
+  app.add_option("--threads", t.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+  app.add_option("--eval-every", t.eval_every, "validate, log and checkpoint every N steps")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--out", t.out, "output directory (log.csv, loss.svg/png, checkpoint, sample)");
+  app.add_option("--resume", t.resume, "continue the run saved in this checkpoint")
+      ->check(CLI::ExistingFile);
+  app.add_option("--init-from", t.init_from,
+                 "start from this checkpoint's weights and vocabulary, with a fresh optimizer")
+      ->check(CLI::ExistingFile)
+      ->excludes("--resume");
+  app.add_option("--sample-tokens", t.sample_tokens, "characters to sample at the end")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--temperature", t.temperature, "sampling temperature")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--prompt", t.prompt, "text the sample continues");
+
+  SampleOptions s;
+  CLI::App* sample_cmd = app.add_subcommand("sample", "sample text from a checkpoint");
+  sample_cmd->add_option("checkpoint", s.checkpoint, "checkpoint.safetensors")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sample_cmd->add_option("--prompt", s.prompt, "text to continue");
+  sample_cmd->add_option("--tokens", s.tokens, "characters to generate")
+      ->check(CLI::Range(0, 10000000));
+  sample_cmd->add_option("--temperature", s.temperature, "0 = greedy")
+      ->check(CLI::Range(0.0, 100.0));
+  sample_cmd->add_option("--top-k", s.top_k, "sample among the k most likely (0 = all)")
+      ->check(CLI::Range(0, 1000000));
+  sample_cmd->add_option("--seed", s.seed, "sampling seed");
+  sample_cmd->add_flag("--no-cache", s.no_cache, "recompute the context for every token");
+  sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*sample_cmd) {
+      const io::Safetensors file = open_checkpoint(s.checkpoint);
+      return with_attention(io::metadata_string(file, "attention", s.checkpoint),
+                            [&]<class Attn>() { return sample<Attn>(s, file); });
+    }
+    if (t.eval_every > t.steps) t.eval_every = t.steps;
+    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t); });
+  } catch (const attn::error& e) {
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "\nerror: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,165 @@
+// attn/io/checkpoint.hpp: a model's parameters, an optimizer's state and a GPT configuration in a
+// safetensors file, by name: what a trainer saves to resume exactly, and what PyTorch can load.
+// Does not choose file names or decide when to save (the trainer does); writes go through
+// save_safetensors, so they are atomic.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "../nn/transformer.hpp"
+#include "safetensors.hpp"
+
+namespace attn::io {
+
+// Stores every parameter of `module` as prefix + name (F32 for float models, F64 for double).
+template <class Module>
+void put_parameters(Safetensors& file, Module& module, std::string_view prefix = "") {
+  module.for_each_parameter(
+      [&](const std::string& name, auto& p) { file.put(std::string(prefix) + name, p.value); });
+}
+
+// Fills every parameter of `module` from prefix + name. Each must be present with the parameter's
+// dtype and exact shape, and no other tensor under `prefix` may be left over (a checkpoint of a
+// different architecture fails here, naming the first tensor that does not fit).
+template <class Module>
+void get_parameters(const Safetensors& file, Module& module, std::string_view source,
+                    std::string_view prefix = "") {
+  std::set<std::string> used;
+  module.for_each_parameter([&](const std::string& name, auto& p) {
+    using T = typename std::remove_cvref_t<decltype(p.value)>::value_type;
+    const std::string key = std::string(prefix) + name;
+    ATTN_CHECK(file.contains(key), io_error, source, ": the checkpoint has no tensor '", key,
+               "' (a model of another architecture?)");
+    p.value = file.template get<T>(key, p.value.shape());
+    p.grad = Tensor<T>::zeros(p.value.shape());
+    used.insert(key);
+  });
+  for (const auto& [key, data] : file.tensors)
+    if (key.starts_with(prefix) && !used.contains(key) &&
+        (prefix.size() > 0 || !key.starts_with("optim.")))
+      throw io_error(std::string(source) + ": unexpected tensor '" + key +
+                     "' (not a parameter of this model)");
+}
+
+// Stores the optimizer's state tensors as "optim.<state name>" and its step count in metadata.
+template <class Optimizer>
+void put_optimizer_state(Safetensors& file, Optimizer& optimizer) {
+  optimizer.for_each_state([&](const std::string& name, auto& t) { file.put("optim." + name, t); });
+  file.metadata["optim.step_count"] = std::to_string(optimizer.step_count());
+}
+
+// Parses all of metadata[key] as an integer, or throws io_error naming the file and the key.
+inline std::int64_t metadata_int(const Safetensors& file, const std::string& key,
+                                 std::string_view source) {
+  const auto it = file.metadata.find(key);
+  ATTN_CHECK(it != file.metadata.end(), io_error, source, ": metadata '", key, "' is missing");
+  std::int64_t v = 0;
+  const std::string& s = it->second;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  ATTN_CHECK(ec == std::errc{} && end == s.data() + s.size(), io_error, source, ": metadata '", key,
+             "' = '", s, "' is not an integer");
+  return v;
+}
+
+inline double metadata_double(const Safetensors& file, const std::string& key,
+                              std::string_view source) {
+  const auto it = file.metadata.find(key);
+  ATTN_CHECK(it != file.metadata.end(), io_error, source, ": metadata '", key, "' is missing");
+  const std::string& s = it->second;
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ATTN_CHECK(used == s.size() && !s.empty(), io_error, source, ": metadata '", key, "' = '", s,
+             "' is not a number");
+  return v;
+}
+
+inline const std::string& metadata_string(const Safetensors& file, const std::string& key,
+                                          std::string_view source) {
+  const auto it = file.metadata.find(key);
+  ATTN_CHECK(it != file.metadata.end(), io_error, source, ": metadata '", key, "' is missing");
+  return it->second;
+}
+
+template <class Optimizer>
+void get_optimizer_state(const Safetensors& file, Optimizer& optimizer, std::string_view source) {
+  optimizer.for_each_state([&](const std::string& name, auto& t) {
+    using T = typename std::remove_cvref_t<decltype(t)>::value_type;
+    const std::string key = "optim." + name;
+    ATTN_CHECK(file.contains(key), io_error, source, ": the checkpoint has no optimizer state '",
+               key, "'");
+    t = file.template get<T>(key, t.shape());
+  });
+  const std::int64_t steps = metadata_int(file, "optim.step_count", source);
+  ATTN_CHECK(steps >= 0, io_error, source, ": optim.step_count = ", steps, " is negative");
+  optimizer.set_step_count(steps);
+}
+
+// The GPT configuration as metadata "config.<field>" (text, so the file documents itself).
+inline void put_gpt_config(Safetensors& file, const nn::GPTConfig& c) {
+  auto& m = file.metadata;
+  m["config.vocab_size"] = std::to_string(c.vocab_size);
+  m["config.block_size"] = std::to_string(c.block_size);
+  m["config.layers"] = std::to_string(c.layers);
+  m["config.heads"] = std::to_string(c.heads);
+  m["config.d_model"] = std::to_string(c.d_model);
+  m["config.kv_heads"] = std::to_string(c.kv_heads);
+  char dropout[32];
+  std::snprintf(dropout, sizeof dropout, "%.17g", c.dropout);  // round-trips exactly
+  m["config.dropout"] = dropout;
+  m["config.bias"] = c.bias ? "1" : "0";
+  m["config.pre_ln"] = c.pre_ln ? "1" : "0";
+  m["config.tie_weights"] = c.tie_weights ? "1" : "0";
+  m["config.positions"] = std::to_string(static_cast<int>(c.positions));
+  m["config.init"] = std::to_string(static_cast<int>(c.init));
+  m["config.seed"] = std::to_string(c.seed);
+}
+
+inline nn::GPTConfig get_gpt_config(const Safetensors& file, std::string_view source) {
+  nn::GPTConfig c;
+  auto flag = [&](const std::string& key) {
+    const std::int64_t v = metadata_int(file, key, source);
+    ATTN_CHECK(v == 0 || v == 1, io_error, source, ": metadata '", key, "' must be 0 or 1");
+    return v == 1;
+  };
+  auto count = [&](const std::string& key, std::int64_t lo) {
+    const std::int64_t v = metadata_int(file, key, source);
+    ATTN_CHECK(v >= lo && v <= (std::int64_t{1} << 31), io_error, source, ": metadata '", key,
+               "' = ", v, " is out of range");
+    return v;
+  };
+  c.vocab_size = count("config.vocab_size", 1);
+  c.block_size = count("config.block_size", 1);
+  c.layers = count("config.layers", 1);
+  c.heads = count("config.heads", 1);
+  c.d_model = count("config.d_model", 1);
+  c.kv_heads = count("config.kv_heads", 0);
+  c.dropout = metadata_double(file, "config.dropout", source);
+  ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, io_error, source,
+             ": metadata 'config.dropout' = ", c.dropout, " is outside [0, 1)");
+  c.bias = flag("config.bias");
+  c.pre_ln = flag("config.pre_ln");
+  c.tie_weights = flag("config.tie_weights");
+  const std::int64_t pos = count("config.positions", 0), init = count("config.init", 0);
+  ATTN_CHECK(pos <= 2 && init <= 1, io_error, source, ": metadata config.positions (", pos,
+             ") or config.init (", init, ") is not a known value");
+  c.positions = static_cast<nn::PositionEncoding>(pos);
+  c.init = static_cast<nn::InitScheme>(init);
+  const std::string& seed = metadata_string(file, "config.seed", source);
+  const auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), c.seed);
+  ATTN_CHECK(ec == std::errc{} && end == seed.data() + seed.size(), io_error, source,
+             ": metadata 'config.seed' = '", seed, "' is not an unsigned integer");
+  return c;
+}
+
+}  // namespace attn::io

@@ -1,0 +1,765 @@
+// attn/io/safetensors.hpp: checkpoints in the safetensors format (the file PyTorch's
+// safetensors.torch.load_file reads): a validating reader and a writer byte-identical to the
+// reference implementation. Does not memory-map files or convert between dtypes: a tensor comes
+// back only as the element type it was stored as.
+//
+// The format (https://github.com/huggingface/safetensors):
+//   8 bytes   N, unsigned 64-bit little-endian: the header length
+//   N bytes   UTF-8 JSON object, starting with '{', maybe padded with spaces:
+//             {"__metadata__": {"k": "v", ...},
+//              "<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [BEGIN, END]}, ...}
+//   the rest  the byte buffer; each tensor's data, little-endian, row-major, at [BEGIN, END)
+//             relative to the buffer start. The tensors tile the buffer exactly: no overlap, no
+//             gap, nothing after the last one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "../core/shape.hpp"
+#include "../core/tensor.hpp"
+#include "atomic_file.hpp"
+
+namespace attn::io {
+
+// The reference implementation refuses headers longer than this (100 MB), to bound JSON parsing.
+inline constexpr std::uint64_t safetensors_header_limit = 100'000'000;
+
+// One tensor of a safetensors file, as stored: dtype name, shape, little-endian bytes.
+struct TensorData {
+  std::string dtype;                // "F32", "F64", "I32", "I64", "U8", ...
+  std::vector<std::int64_t> shape;  // any rank; attn's Tensor takes rank 0 to 4
+  std::vector<std::byte> bytes;     // little-endian raw data, size = numel * dtype size
+};
+
+namespace detail {
+
+// A dtype of the format. `order` is its place in the reference implementation's Dtype enum,
+// which lists dtypes by increasing alignment; the writer emits larger alignments first.
+struct DtypeInfo {
+  std::string_view name;
+  std::uint64_t size;  // bytes per element
+  int order;
+};
+
+// Every dtype the format defines with a whole number of bytes per element. (Recent versions
+// also define sub-byte floats, F4 and F6_*, which this reader rejects as unknown.)
+inline constexpr std::array<DtypeInfo, 15> safetensors_dtypes{{{"BOOL", 1, 0},
+                                                               {"U8", 1, 1},
+                                                               {"I8", 1, 2},
+                                                               {"F8_E5M2", 1, 3},
+                                                               {"F8_E4M3", 1, 4},
+                                                               {"I16", 2, 5},
+                                                               {"U16", 2, 6},
+                                                               {"F16", 2, 7},
+                                                               {"BF16", 2, 8},
+                                                               {"I32", 4, 9},
+                                                               {"U32", 4, 10},
+                                                               {"F32", 4, 11},
+                                                               {"F64", 8, 12},
+                                                               {"I64", 8, 13},
+                                                               {"U64", 8, 14}}};
+
+inline const DtypeInfo* find_dtype(std::string_view name) {
+  for (const DtypeInfo& d : safetensors_dtypes)
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+// The dtype that stores element type T.
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr std::string_view name = "F32";
+};
+template <>
+struct dtype_of<double> {
+  static constexpr std::string_view name = "F64";
+};
+template <>
+struct dtype_of<std::int8_t> {
+  static constexpr std::string_view name = "I8";
+};
+template <>
+struct dtype_of<std::int16_t> {
+  static constexpr std::string_view name = "I16";
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr std::string_view name = "I32";
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr std::string_view name = "I64";
+};
+template <>
+struct dtype_of<std::uint8_t> {
+  static constexpr std::string_view name = "U8";
+};
+template <>
+struct dtype_of<std::uint16_t> {
+  static constexpr std::string_view name = "U16";
+};
+template <>
+struct dtype_of<std::uint32_t> {
+  static constexpr std::string_view name = "U32";
+};
+template <>
+struct dtype_of<std::uint64_t> {
+  static constexpr std::string_view name = "U64";
+};
+
+// Copies n elements between host order and the format's little-endian order.
+template <class T>
+void copy_little_endian(const void* src, void* dst, std::size_t n) {
+  if (n == 0) return;  // src or dst may be null for an empty tensor
+  std::memcpy(dst, src, n * sizeof(T));
+  if constexpr (std::endian::native == std::endian::big && sizeof(T) > 1) {
+    auto* p = static_cast<unsigned char*>(dst);
+    for (std::size_t i = 0; i < n; ++i) std::reverse(p + i * sizeof(T), p + (i + 1) * sizeof(T));
+  }
+}
+
+// True when s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF),
+// the check Rust's str::from_utf8 makes on the header.
+inline bool is_valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  const std::size_t n = s.size();
+  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  auto cont = [&](std::size_t k) { return k < n && (byte(k) & 0xC0) == 0x80; };
+  while (i < n) {
+    const unsigned c = byte(i);
+    if (c < 0x80) {
+      ++i;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      if (!cont(i + 1)) return false;
+      i += 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      if (!cont(i + 1) || !cont(i + 2)) return false;
+      const unsigned c1 = byte(i + 1);
+      if (c == 0xE0 && c1 < 0xA0) return false;  // overlong
+      if (c == 0xED && c1 > 0x9F) return false;  // UTF-16 surrogate
+      i += 3;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      if (!cont(i + 1) || !cont(i + 2) || !cont(i + 3)) return false;
+      const unsigned c1 = byte(i + 1);
+      if (c == 0xF0 && c1 < 0x90) return false;  // overlong
+      if (c == 0xF4 && c1 > 0x8F) return false;  // above U+10FFFF
+      i += 4;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Appends s as a JSON string literal, escaped exactly as serde_json (the reference writer)
+// escapes: \" \\ \b \f \n \r \t, other bytes below 0x20 as \u00xx, everything else verbatim.
+inline void append_json_string(std::string& out, std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out += '"';
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += hex[c >> 4];
+          out += hex[c & 0xF];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+// A name from a (possibly hostile) file, made safe to print: JSON-quoted, at most ~100 bytes.
+inline std::string printable(std::string_view s) {
+  constexpr std::size_t max_shown = 100;
+  bool cut = false;
+  if (s.size() > max_shown) {
+    std::size_t k = max_shown;
+    while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;  // whole characters
+    s = s.substr(0, k);
+    cut = true;
+  }
+  std::string out;
+  append_json_string(out, s);
+  if (cut) out.insert(out.size() - 1, "...");
+  return out;
+}
+
+inline std::string shape_text(std::span<const std::int64_t> shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+// a * b into `out` when the product is at most `limit`; false (out untouched) otherwise.
+inline bool checked_mul(std::uint64_t a, std::uint64_t b, std::uint64_t limit, std::uint64_t& out) {
+  if (a != 0 && b > limit / a) return false;
+  out = a * b;
+  return true;
+}
+
+inline constexpr std::uint64_t int64_limit =
+    static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+// Byte size of a tensor of this dtype and shape, or false when it overflows. The element count
+// is multiplied in axis order and every partial product must fit in int64 (as the reference
+// reader does with usize), so attn::Shape::numel, which multiplies in the same order, cannot
+// overflow on a shape that passed.
+inline bool tensor_nbytes(const DtypeInfo& dtype, std::span<const std::int64_t> shape,
+                          std::uint64_t& nbytes) {
+  std::uint64_t numel = 1;
+  for (const std::int64_t d : shape)
+    if (d < 0 || !checked_mul(numel, static_cast<std::uint64_t>(d), int64_limit, numel))
+      return false;
+  return checked_mul(numel, dtype.size, int64_limit, nbytes);
+}
+
+// One tensor entry of a header while it is being read.
+struct HeaderEntry {
+  std::string name;
+  const DtypeInfo* dtype = nullptr;
+  std::vector<std::int64_t> shape;
+  std::array<std::uint64_t, 2> offsets{};
+  std::size_t offset_count = 0;
+  bool has_dtype = false, has_shape = false, has_offsets = false;
+};
+
+struct ParsedHeader {
+  std::map<std::string, std::string> metadata;
+  std::vector<HeaderEntry> entries;  // sorted by data_offsets
+};
+
+// A SAX handler for nlohmann::json that reads a header straight into HeaderEntry records and
+// throws io_error at the first thing the format does not allow. SAX rather than a DOM: it sees
+// duplicate keys (a DOM silently keeps one), it stops at the first value of the wrong kind
+// (nesting depth never exceeds 3), and memory stays proportional to what a header describes.
+class HeaderReader {
+ public:
+  using json = nlohmann::json;
+
+  HeaderReader(std::string_view source, std::uint64_t buffer_size)
+      : source_(source), buffer_size_(buffer_size) {}
+
+  bool null() { return wrong_value("null"); }
+  bool boolean(bool) { return wrong_value("a boolean"); }
+  bool number_integer(json::number_integer_t v) {
+    if (v >= 0) return number_unsigned(static_cast<json::number_unsigned_t>(v));
+    return wrong_value("a negative number");
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    if (where_ == Where::shape) {
+      if (v > int64_limit)
+        fail("tensor ", printable(name_), ": shape dimension ", v, " is too large (over 2^63 - 1)");
+      entry_.shape.push_back(static_cast<std::int64_t>(v));
+      return true;
+    }
+    if (where_ == Where::offsets) {
+      if (entry_.offset_count == 2)
+        fail("tensor ", printable(name_),
+             ": data_offsets must be a list of two non-negative integers [begin, end], found more");
+      entry_.offsets[entry_.offset_count++] = v;
+      return true;
+    }
+    return wrong_value("a number");
+  }
+  bool number_float(json::number_float_t, const json::string_t&) {
+    return wrong_value("a number that is not an integer");
+  }
+  bool string(json::string_t& v) {
+    if (where_ == Where::metadata) {
+      metadata_[meta_key_] = std::move(v);
+      return true;
+    }
+    if (where_ == Where::entry && field_ == Field::dtype) {
+      entry_.dtype = find_dtype(v);
+      if (!entry_.dtype)
+        fail("tensor ", printable(name_), ": unknown dtype ", printable(v),
+             " (known: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64)");
+      return true;
+    }
+    return wrong_value("a string");
+  }
+  bool binary(json::binary_t&) { return wrong_value("binary data"); }  // never from JSON text
+
+  bool start_object(std::size_t) {
+    if (where_ == Where::start) {
+      where_ = Where::top;
+      return true;
+    }
+    if (where_ == Where::top) {
+      if (name_ == "__metadata__") {
+        where_ = Where::metadata;
+      } else {
+        where_ = Where::entry;
+        entry_ = HeaderEntry{};
+        entry_.name = name_;
+      }
+      return true;
+    }
+    return wrong_value("an object");
+  }
+  bool key(json::string_t& k) {
+    if (where_ == Where::top) {
+      if (!names_.insert(k).second) fail("duplicate key ", printable(k), " in the header");
+      name_ = std::move(k);
+    } else if (where_ == Where::entry) {
+      bool* seen = nullptr;
+      if (k == "dtype") {
+        field_ = Field::dtype;
+        seen = &entry_.has_dtype;
+      } else if (k == "shape") {
+        field_ = Field::shape;
+        seen = &entry_.has_shape;
+      } else if (k == "data_offsets") {
+        field_ = Field::offsets;
+        seen = &entry_.has_offsets;
+      } else {
+        fail("tensor ", printable(name_), ": unexpected key ", printable(k),
+             " (a tensor entry has exactly \"dtype\", \"shape\" and \"data_offsets\")");
+      }
+      if (*seen) fail("tensor ", printable(name_), ": duplicate key ", printable(k));
+      *seen = true;
+    } else {  // Where::metadata: start_object/start_array admit no other place a key can occur
+      if (metadata_.count(k)) fail("duplicate key ", printable(k), " in __metadata__");
+      meta_key_ = std::move(k);
+      metadata_[meta_key_];  // present from now on, so a repeat is seen even before its value
+    }
+    return true;
+  }
+  bool end_object() {
+    if (where_ == Where::entry) {
+      finish_entry();
+      where_ = Where::top;
+    } else if (where_ == Where::metadata) {
+      where_ = Where::top;
+    } else {
+      where_ = Where::done;
+    }
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (where_ == Where::entry && field_ == Field::shape) {
+      where_ = Where::shape;
+      return true;
+    }
+    if (where_ == Where::entry && field_ == Field::offsets) {
+      where_ = Where::offsets;
+      return true;
+    }
+    return wrong_value("a list");
+  }
+  bool end_array() {
+    if (where_ == Where::offsets && entry_.offset_count != 2)
+      fail("tensor ", printable(name_),
+           ": data_offsets must be a list of two non-negative integers [begin, end], found ",
+           entry_.offset_count);
+    where_ = Where::entry;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const json::exception& e) {
+    // nlohmann quotes the whole last token, which can be a 100 MB string: keep the start.
+    std::string what = e.what();
+    if (what.size() > 300) {
+      std::size_t cut = 300;
+      while (cut > 0 && (static_cast<unsigned char>(what[cut]) & 0xC0) == 0x80) --cut;
+      what = what.substr(0, cut) + "...";
+    }
+    fail("header is not valid JSON (at byte ", position, "): ", what);
+  }
+
+  // The result, once nlohmann::json::sax_parse has returned.
+  ParsedHeader finish() {
+    if (where_ != Where::done) fail("header is not a complete JSON object");
+    check_coverage();
+    return {std::move(metadata_), std::move(entries_)};
+  }
+
+ private:
+  enum class Where { start, top, entry, shape, offsets, metadata, done };
+  enum class Field { dtype, shape, offsets };
+
+  template <class... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    throw io_error(attn::detail::message(source_, ": ", std::forward<Args>(args)...));
+  }
+
+  // A value of kind `what` where the format wants something else; says what it wants there.
+  bool wrong_value(const char* what) const {
+    switch (where_) {
+      case Where::top:
+        if (name_ == "__metadata__")
+          fail("__metadata__ must be an object mapping strings to strings, not ", what);
+        fail("entry ", printable(name_),
+             " must be an object {\"dtype\", \"shape\", \"data_offsets\"}", ", not ", what);
+      case Where::entry:
+      case Where::shape:
+      case Where::offsets:
+        if (field_ == Field::dtype)
+          fail("tensor ", printable(name_), ": dtype must be a string, not ", what);
+        if (field_ == Field::shape)
+          fail("tensor ", printable(name_),
+               ": shape must be a list of non-negative integers, found ", what);
+        fail("tensor ", printable(name_),
+             ": data_offsets must be a list of two non-negative integers [begin, end], found ",
+             what);
+      case Where::metadata:
+        fail("__metadata__ must map strings to strings, but the value of ", printable(meta_key_),
+             " is ", what);
+      default:
+        fail("header must be a JSON object, not ", what);
+    }
+  }
+
+  // Checks one complete entry: all fields present, size consistent, inside the buffer.
+  void finish_entry() {
+    const auto& e = entry_;
+    const std::string n = printable(name_);
+    if (!e.has_dtype) fail("tensor ", n, ": missing \"dtype\"");
+    if (!e.has_shape) fail("tensor ", n, ": missing \"shape\"");
+    if (!e.has_offsets) fail("tensor ", n, ": missing \"data_offsets\"");
+    std::uint64_t nbytes = 0;
+    if (!tensor_nbytes(*e.dtype, e.shape, nbytes))
+      fail("tensor ", n, ": shape ", shape_text(e.shape), " overflows: its size in bytes (dtype ",
+           e.dtype->name, ") does not fit in 63 bits");
+    const auto [begin, end] = e.offsets;
+    if (begin > end) fail("tensor ", n, ": data_offsets [", begin, ", ", end, "] has begin > end");
+    if (end > buffer_size_)
+      fail("tensor ", n, ": data_offsets [", begin, ", ", end,
+           "] run past the end of the data buffer (", buffer_size_, " bytes)");
+    if (end - begin != nbytes)
+      fail("tensor ", n, ": data_offsets [", begin, ", ", end, "] hold ", end - begin,
+           " bytes, but dtype ", e.dtype->name, " and shape ", shape_text(e.shape), " need ",
+           nbytes, " bytes (size mismatch)");
+    entries_.push_back(std::move(entry_));
+  }
+
+  // The tensors must tile the buffer: sorted by offsets, each begins where the previous ended,
+  // the first at 0 and the last ends at the buffer's end. (No overlap, no gap: a file cannot
+  // hide data between tensors, and loading never needs more memory than the file's size.)
+  void check_coverage() {
+    std::stable_sort(entries_.begin(), entries_.end(),
+                     [](const auto& a, const auto& b) { return a.offsets < b.offsets; });
+    std::uint64_t pos = 0;
+    const HeaderEntry* prev = nullptr;
+    for (const HeaderEntry& e : entries_) {
+      if (e.offsets[0] < pos)
+        fail("tensors ", printable(prev->name), " (data_offsets [", prev->offsets[0], ", ",
+             prev->offsets[1], "]) and ", printable(e.name), " (data_offsets [", e.offsets[0], ", ",
+             e.offsets[1], "]) overlap");
+      if (e.offsets[0] > pos)
+        fail("bytes [", pos, ", ", e.offsets[0], ") of the data buffer belong to no tensor (a gap",
+             " before tensor ", printable(e.name), "); the tensors must cover the buffer exactly");
+      pos = e.offsets[1];
+      prev = &e;
+    }
+    if (pos != buffer_size_)
+      fail("bytes [", pos, ", ", buffer_size_, ") of the data buffer belong to no tensor (",
+           buffer_size_ - pos, " bytes after the last tensor); the tensors must cover the buffer",
+           " exactly");
+  }
+
+  std::string_view source_;
+  std::uint64_t buffer_size_;
+  Where where_ = Where::start;
+  Field field_ = Field::dtype;
+  std::string name_;      // the current top-level key
+  std::string meta_key_;  // the current key inside __metadata__
+  HeaderEntry entry_;
+  std::set<std::string> names_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<HeaderEntry> entries_;
+};
+
+// Validates a header (the N bytes after the length) describing a buffer of `buffer_size` bytes.
+inline ParsedHeader parse_header(std::string_view header, std::uint64_t buffer_size,
+                                 std::string_view source) {
+  ATTN_CHECK(is_valid_utf8(header), io_error, source, ": header is not valid UTF-8");
+  ATTN_CHECK(!header.empty() && header.front() == '{', io_error, source,
+             ": header does not start with '{' (it must be a JSON object)");
+  // A NUL byte is never valid JSON text (inside strings it must be escaped), but nlohmann's lexer
+  // takes it for the end of the input, so "{}\0<anything>" would pass without this check.
+  const std::size_t nul = header.find('\0');
+  ATTN_CHECK(nul == std::string_view::npos, io_error, source,
+             ": header is not valid JSON: a NUL byte at byte ", nul);
+  HeaderReader reader(source, buffer_size);
+  nlohmann::json::sax_parse(header.data(), header.data() + header.size(), &reader);
+  return reader.finish();
+}
+
+}  // namespace detail
+
+// Element types a Safetensors file stores and returns (each maps to one dtype).
+template <class T>
+concept SafetensorsElement = requires {
+  detail::dtype_of<T>::name;
+};
+
+// The contents of a safetensors file: string metadata and named tensors.
+struct Safetensors {
+  std::map<std::string, std::string> metadata;  // "__metadata__"
+  // Written in the reference writer's order: larger dtype alignment first, then by name, so every
+  // tensor starts aligned to its element size (the header length is a multiple of 8).
+  std::map<std::string, TensorData> tensors;
+  std::string source;  // the file it was read from, for error messages; "" when built in memory
+
+  // Stores `t` under `name` (replacing a tensor of that name) with the dtype of T.
+  template <SafetensorsElement T>
+  void put(const std::string& name, const Tensor<T>& t) {
+    ATTN_CHECK(name != "__metadata__", value_error,
+               "Safetensors::put: \"__metadata__\" is reserved and cannot name a tensor");
+    TensorData d;
+    d.dtype = std::string(detail::dtype_of<T>::name);
+    d.shape.assign(t.shape().dims().begin(), t.shape().dims().end());
+    d.bytes.resize(static_cast<std::size_t>(t.numel()) * sizeof(T));
+    detail::copy_little_endian<T>(t.data(), d.bytes.data(), static_cast<std::size_t>(t.numel()));
+    tensors.insert_or_assign(name, std::move(d));
+  }
+
+  // The tensor `name` as a Tensor<T>. Throws io_error naming the file and the tensor when there
+  // is no such tensor, when its dtype is not exactly T's, or when its rank exceeds 4.
+  template <SafetensorsElement T>
+  Tensor<T> get(const std::string& name) const {
+    const TensorData& d = find(name);
+    ATTN_CHECK(d.dtype == detail::dtype_of<T>::name, io_error, where(), ": tensor ",
+               detail::printable(name), " has dtype ", detail::printable(d.dtype), ", expected ",
+               detail::dtype_of<T>::name);
+    ATTN_CHECK(d.shape.size() <= static_cast<std::size_t>(Shape::max_rank), io_error, where(),
+               ": tensor ", detail::printable(name), " has rank ", d.shape.size(), " (shape ",
+               detail::shape_text(d.shape), "); attn tensors have rank at most ", Shape::max_rank);
+    // Every sub-product of the dimensions must fit in int64 for attn::Shape's arithmetic
+    // (strides multiply trailing dimensions); a file with a 0 dimension can still list huge ones.
+    std::uint64_t nonzero = 1;
+    for (const std::int64_t dim : d.shape)
+      ATTN_CHECK(
+          dim >= 0 && (dim == 0 || detail::checked_mul(nonzero, static_cast<std::uint64_t>(dim),
+                                                       detail::int64_limit, nonzero)),
+          io_error, where(), ": tensor ", detail::printable(name), " has shape ",
+          detail::shape_text(d.shape), ", too large for an attn tensor");
+    const Shape shape(std::span<const index_t>(d.shape.data(), d.shape.size()));
+    ATTN_CHECK(d.bytes.size() == static_cast<std::size_t>(shape.numel()) * sizeof(T), io_error,
+               where(), ": tensor ", detail::printable(name), " holds ", d.bytes.size(),
+               " bytes, but shape ", shape, " of ", detail::dtype_of<T>::name, " needs ",
+               shape.numel() * static_cast<index_t>(sizeof(T)));
+    Tensor<T> t(shape);
+    detail::copy_little_endian<T>(d.bytes.data(), t.data(), static_cast<std::size_t>(t.numel()));
+    return t;
+  }
+
+  // As get(name), and the shape must equal `expected` (io_error naming both shapes otherwise).
+  template <SafetensorsElement T>
+  Tensor<T> get(const std::string& name, const Shape& expected) const {
+    const TensorData& d = find(name);
+    ATTN_CHECK(d.shape.size() == static_cast<std::size_t>(expected.rank()) &&
+                   std::equal(d.shape.begin(), d.shape.end(), expected.dims().begin()),
+               io_error, where(), ": tensor ", detail::printable(name), " has shape ",
+               detail::shape_text(d.shape), ", expected ", expected);
+    return get<T>(name);
+  }
+
+  bool contains(const std::string& name) const { return tensors.count(name) != 0; }
+
+ private:
+  std::string where() const { return source.empty() ? std::string("safetensors") : source; }
+
+  const TensorData& find(const std::string& name) const {
+    const auto it = tensors.find(name);
+    if (it != tensors.end()) return it->second;
+    std::string names;
+    std::size_t shown = 0;
+    for (const auto& [n, d] : tensors) {
+      if (shown == 8) {
+        names += ", ...";
+        break;
+      }
+      names += (shown++ ? ", " : "") + detail::printable(n);
+    }
+    throw io_error(attn::detail::message(where(), ": no tensor named ", detail::printable(name),
+                                         " (the file holds ", tensors.size(), " tensors",
+                                         tensors.empty() ? "" : ": ", names, ")"));
+  }
+};
+
+// Reads and validates a whole safetensors file held in memory. Every problem throws io_error
+// "<source_name>: <what is wrong>"; nothing is read outside `bytes`, and the memory allocated is
+// proportional to bytes.size().
+inline Safetensors parse_safetensors(std::span<const std::byte> bytes,
+                                     std::string_view source_name) {
+  const std::uint64_t size = bytes.size();
+  ATTN_CHECK(size >= 8, io_error, source_name, ": file is too short (", size,
+             " bytes) to hold the 8-byte header length");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(bytes[i]);
+  ATTN_CHECK(n != 0, io_error, source_name,
+             ": header length is 0 (the header must be a JSON object)");
+  ATTN_CHECK(n <= safetensors_header_limit, io_error, source_name, ": header length ", n,
+             " exceeds the limit of ", safetensors_header_limit, " bytes");
+  ATTN_CHECK(n <= size - 8, io_error, source_name, ": header length ", n,
+             " runs past the end of the file (", size, " bytes)");
+  const auto* header = reinterpret_cast<const char*>(bytes.data()) + 8;
+  const std::span<const std::byte> buffer = bytes.subspan(8 + static_cast<std::size_t>(n));
+  detail::ParsedHeader parsed = detail::parse_header(
+      std::string_view(header, static_cast<std::size_t>(n)), buffer.size(), source_name);
+
+  Safetensors file;
+  file.source = std::string(source_name);
+  file.metadata = std::move(parsed.metadata);
+  for (detail::HeaderEntry& e : parsed.entries) {
+    TensorData d;
+    d.dtype = std::string(e.dtype->name);
+    d.shape = std::move(e.shape);
+    const auto data = buffer.subspan(static_cast<std::size_t>(e.offsets[0]),
+                                     static_cast<std::size_t>(e.offsets[1] - e.offsets[0]));
+    d.bytes.assign(data.begin(), data.end());
+    file.tensors.emplace(std::move(e.name), std::move(d));
+  }
+  return file;
+}
+
+// The bytes of `file` in the safetensors format, identical to what the reference writer
+// (Python safetensors.torch.save_file / numpy.save_file) produces for the same content: compact
+// JSON, "__metadata__" first (omitted when empty), tensors ordered by decreasing dtype alignment
+// then name, header padded with spaces to a multiple of 8. Throws value_error when the content
+// cannot be written: an unknown dtype, a byte count that does not match the shape, a name that
+// is "__metadata__" or not valid UTF-8.
+inline std::vector<std::byte> serialize_safetensors(const Safetensors& file) {
+  struct Item {
+    const std::string* name;
+    const TensorData* data;
+    const detail::DtypeInfo* dtype;
+  };
+  std::vector<Item> items;
+  items.reserve(file.tensors.size());
+  for (const auto& [name, d] : file.tensors) {
+    const std::string n = detail::printable(name);
+    ATTN_CHECK(name != "__metadata__", value_error,
+               "serialize_safetensors: \"__metadata__\" cannot name a tensor");
+    ATTN_CHECK(detail::is_valid_utf8(name), value_error, "serialize_safetensors: tensor name ", n,
+               " is not valid UTF-8");
+    const detail::DtypeInfo* dtype = detail::find_dtype(d.dtype);
+    ATTN_CHECK(dtype, value_error, "serialize_safetensors: tensor ", n, " has unknown dtype ",
+               detail::printable(d.dtype));
+    std::uint64_t nbytes = 0;
+    ATTN_CHECK(detail::tensor_nbytes(*dtype, d.shape, nbytes), value_error,
+               "serialize_safetensors: tensor ", n, " has invalid shape ",
+               detail::shape_text(d.shape), " (a negative dimension, or a size that overflows)");
+    ATTN_CHECK(d.bytes.size() == nbytes, value_error, "serialize_safetensors: tensor ", n,
+               " holds ", d.bytes.size(), " bytes, but dtype ", d.dtype, " and shape ",
+               detail::shape_text(d.shape), " need ", nbytes);
+    items.push_back({&name, &d, dtype});
+  }
+  for (const auto& [k, v] : file.metadata)
+    ATTN_CHECK(detail::is_valid_utf8(k) && detail::is_valid_utf8(v), value_error,
+               "serialize_safetensors: metadata entry ", detail::printable(k),
+               " is not valid UTF-8");
+  // std::map already orders by name (byte-wise, as Rust compares strings); a stable sort by
+  // decreasing alignment keeps that order within each dtype.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.dtype->order > b.dtype->order; });
+
+  std::string header = "{";
+  if (!file.metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [k, v] : file.metadata) {
+      if (!first) header += ',';
+      first = false;
+      detail::append_json_string(header, k);
+      header += ':';
+      detail::append_json_string(header, v);
+    }
+    header += '}';
+  }
+  std::uint64_t offset = 0;
+  for (const Item& it : items) {
+    if (header.size() > 1) header += ',';
+    detail::append_json_string(header, *it.name);
+    header += ":{\"dtype\":\"";
+    header += it.dtype->name;
+    header += "\",\"shape\":[";
+    for (std::size_t i = 0; i < it.data->shape.size(); ++i) {
+      if (i) header += ',';
+      header += std::to_string(it.data->shape[i]);
+    }
+    header += "],\"data_offsets\":[";
+    header += std::to_string(offset);
+    header += ',';
+    offset += it.data->bytes.size();
+    header += std::to_string(offset);
+    header += "]}";
+  }
+  header += '}';
+  header.append((8 - header.size() % 8) % 8, ' ');  // the reference writer's 8-byte alignment
+  ATTN_CHECK(header.size() <= safetensors_header_limit, value_error,
+             "serialize_safetensors: the header would be ", header.size(),
+             " bytes, over the format's limit of ", safetensors_header_limit);
+
+  std::vector<std::byte> out;
+  out.reserve(8 + header.size() + static_cast<std::size_t>(offset));
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>((n >> (8 * i)) & 0xFF));
+  const auto* h = reinterpret_cast<const std::byte*>(header.data());
+  out.insert(out.end(), h, h + header.size());
+  for (const Item& it : items) out.insert(out.end(), it.data->bytes.begin(), it.data->bytes.end());
+  return out;
+}
+
+// Writes `file` to `path` atomically (see write_file_atomically): a crash leaves the old
+// checkpoint or the new one, never a torn one.
+inline void save_safetensors(const std::filesystem::path& path, const Safetensors& file) {
+  write_file_atomically(path, serialize_safetensors(file));
+}
+
+// Reads and validates the safetensors file at `path` (see parse_safetensors); error messages
+// start with the path.
+inline Safetensors load_safetensors(const std::filesystem::path& path) {
+  const std::vector<std::byte> bytes = read_file(path);
+  return parse_safetensors(bytes, path.string());
+}
+
+}  // namespace attn::io
