@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../module_gradients.hpp"
+#include "../test_util.hpp"
 
 using attn::index_t;
 using attn::Tensor;
@@ -132,4 +133,60 @@ TEST_CASE("MultiHeadAttention: configuration and input errors") {
     CHECK(name.find("_proj.") != std::string::npos);
   });
   CHECK(count == 8);
+}
+
+TEST_CASE(
+    "MultiHeadAttention: an evaluation probe sees the exact heads and may replace the output") {
+  attn::Rng rng(5);
+  attn::MultiHeadConfig c;
+  c.d_model = 12;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.init_std = 0.4;
+  attn::MultiHeadAttention<score::NegSqEuclidean, kernel::Softmax, mask::Causal> mha(c);
+  mha.training = false;
+  const Tensor<double> x64 = Tensor<double>::randn({2, 7, 12}, rng);
+  Tensor<float> x({2, 7, 12});
+  for (index_t i = 0; i < x.numel(); ++i) x[i] = float(x64[i]);
+
+  attn::Tape<float> tape;
+  const Tensor<float> plain = mha(tape.leaf(x), mask::Causal{}).value();
+
+  int calls = 0;
+  attn::AttentionStep<float> seen;
+  mha.probe = [&](attn::AttentionStep<float>& s) {
+    ++calls;
+    seen = s;
+  };
+  tape.clear();
+  mha(tape.leaf(x), mask::Causal{});  // gradients recorded: the probe stays silent
+  CHECK(calls == 0);
+
+  attn::NoGrad<float> no_grad(tape);
+  tape.clear();
+  const Tensor<float> probed = mha(tape.leaf(x), mask::Causal{}).value();
+  REQUIRE(calls == 1);
+  CHECK(attn::max_abs_diff(probed, plain) == 0.0);
+  CHECK(seen.q.shape() == attn::Shape{2, 4, 7, 3});
+  CHECK(seen.k.shape() == attn::Shape{2, 2, 7, 3});
+  CHECK(seen.weights.shape() == attn::Shape{2, 4, 7, 7});
+  // The weights and output it was shown are the reference formula's on the q, k, v it was shown.
+  const auto ref = attn::reference_attention(seen.q, seen.k, seen.v, score::NegSqEuclidean{},
+                                             kernel::Softmax{}, mask::Causal{});
+  CHECK(attn::max_abs_diff(seen.weights, ref.weights) < 1e-6);
+  CHECK(attn::max_abs_diff(seen.output, ref.out) < 1e-6);
+
+  // Replacing the heads' output by zeros leaves only the output projection's bias.
+  for (index_t i = 0; i < mha.out_proj.bias.value.numel(); ++i)
+    mha.out_proj.bias.value[i] = float(i) + 0.5f;
+  mha.probe = [](attn::AttentionStep<float>& s) { s.output.fill(0.0f); };
+  tape.clear();
+  const Tensor<float> zeroed = mha(tape.leaf(x), mask::Causal{}).value();
+  for (index_t i = 0; i < zeroed.numel(); ++i) REQUIRE(zeroed[i] == float(i % 12) + 0.5f);
+
+  mha.probe = [](attn::AttentionStep<float>& s) { s.output = Tensor<float>({1, 2, 3}); };
+  tape.clear();
+  const std::string message =
+      attn::test::message_of<attn::shape_error>([&] { mha(tape.leaf(x), mask::Causal{}); });
+  CHECK(message.find("probe changed the output shape") != std::string::npos);
 }

@@ -6,6 +6,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -85,6 +86,23 @@ struct KVCache {
   void clear() { k = v = Tensor<T>(); }
 };
 
+// What an attention probe sees, once per forward (or decode) call of a MultiHeadAttention at
+// evaluation time: the per-head inputs, the exact weights under the module's own score, kernel and
+// mask, and the exact output, which the probe may replace. analysis/ records keys and weights
+// through it; approx/ swaps in approximate attention in a trained model. Grouped-query heads:
+// query head h reads key/value head h / (H / Hk).
+template <class T>
+struct AttentionStep {
+  Tensor<T> q;        // [B, H, Tq, Dh]
+  Tensor<T> k;        // [B, Hk, Tk, Dh]
+  Tensor<T> v;        // [B, Hk, Tk, Dv]
+  Tensor<T> weights;  // [B, H, Tq, Tk]; a row with no allowed key is all zero
+  Tensor<T> output;   // [B, H, Tq, Dv]; overwrite (same shape) to change what the module returns
+};
+
+template <class T>
+using AttentionProbe = std::function<void(AttentionStep<T>&)>;
+
 template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
           MaskPolicy Mask = mask::None, HeadsPolicy H = Heads<dynamic>,
           ProjectionPolicy Projection = projection::Separate, class T = float>
@@ -131,6 +149,10 @@ class MultiHeadAttention {
   void reseed(std::uint64_t seed) { rng_.reseed(seed); }
   Score score{};
   Kernel kernel{};
+
+  // Called by every forward and decode pass that records no gradients (under NoGrad), never
+  // while training: the step's weights are materialised, [B, H, Tq, Tk], so keep it to analysis.
+  AttentionProbe<T> probe;
 
   // Self-attention: x [B, T, D] -> [B, T, D]. `weights` receives [B, H, T, T] when given.
   Var<T> operator()(const Var<T>& x, const Mask& mask = {}, Tensor<T>* weights = nullptr) {
@@ -212,7 +234,17 @@ class MultiHeadAttention {
     Attention<Score, Kernel, Mask> op{score, kernel, mask};
     if (training && config_.dropout > 0 && q.tape().grad_enabled())
       op.dropout = AttentionDropout{config_.dropout, rng_.split()};
-    return op(q, k, v, weights);
+    if (!probe || q.tape().grad_enabled()) return op(q, k, v, weights);
+
+    AttentionStep<T> step{q.value(), k.value(), v.value(), {}, {}};
+    step.output = op(q, k, v, &step.weights).value();
+    const Shape expected = step.output.shape();
+    probe(step);
+    ATTN_CHECK(step.output.shape() == expected, shape_error,
+               "MultiHeadAttention: the probe changed the output shape from ", expected, " to ",
+               step.output.shape());
+    if (weights != nullptr) *weights = std::move(step.weights);
+    return q.tape().leaf(step.output);
   }
 
   // Appends `fresh` [B, Hk, t, Dh] to `cache` along the time axis.
