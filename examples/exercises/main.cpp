@@ -3,12 +3,6 @@
 // computes it with attn and prints the numbers, with a terminal heatmap of the weights.
 // Does not prove anything by itself: tests/teaching/test_exercises.cpp asserts every claim, with
 // the same code (exercises.hpp).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-// GCC 12 reports "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics wherever Eigen
-// reduces doubles with -march=native on an AVX-512 machine (GCC bug 105593, fixed in GCC 13); the
-// exercises' small double vectors hit it on every dot product. Nothing here is uninitialized.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -173,7 +174,7 @@ plot::Heatmap position_similarity(const Tensor<float>& table, index_t T) {
 struct Row {
   std::string task, positions;
   Accuracy acc;
-  double gap = 0, seconds = 0;
+  double gap = 0, seconds = 0, cpu_seconds = 0;  // wall clock and this process's CPU time
 };
 
 Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test) {
@@ -186,6 +187,7 @@ Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test)
                                      o.steps};
   attn::Tape<float> tape;
   const auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t c0 = std::clock();
   for (std::int64_t step = 0; step < o.steps; ++step) {
     attn::Rng batch_rng(o.seed * 1000003 + std::uint64_t(step));
     const Data d = make_data(task, o.batch, o, batch_rng);
@@ -199,6 +201,7 @@ Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test)
   }
   Row r{task_name(task), positions_name(p), evaluate(model, test), 0,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  r.cpu_seconds = double(std::clock() - c0) / CLOCKS_PER_SEC;
   attn::Rng perm_rng(o.seed + 17);
   r.gap = equivariance_gap(model, test, perm_rng);
   if (task == Task::reverse && p == nn::PositionEncoding::learned)
@@ -207,9 +210,11 @@ Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test)
         "(blank -1, @ +1):\n%s",
         plot::ascii_heatmap(position_similarity(model.encoder.embed.pos_emb.weight.value, o.length))
             .c_str());
-  std::printf("%-8s %-11s token %6.2f%%  sequence %6.2f%%  |f(Px) - Pf(x)| %.1e  %5.1f s\n",
-              r.task.c_str(), r.positions.c_str(), 100 * r.acc.token, 100 * r.acc.sequence, r.gap,
-              r.seconds);
+  std::printf(
+      "%-8s %-11s token %6.2f%%  sequence %6.2f%%  |f(Px) - Pf(x)| %.1e  %5.1f s wall, "
+      "%5.1f s cpu\n",
+      r.task.c_str(), r.positions.c_str(), 100 * r.acc.token, 100 * r.acc.sequence, r.gap,
+      r.seconds, r.cpu_seconds);
   std::fflush(stdout);
   return r;
 }

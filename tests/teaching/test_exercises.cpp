@@ -1,11 +1,6 @@
 // Every claim of examples/exercises as a test, computed by the same code (exercises.hpp): copying,
 // an average of two, one head against two under noisy keys, key-query-value separation and the
 // √d scaling. Each check would fail if the claim were false (negative controls included).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-// GCC 12's false "'__Y' may be used uninitialized" inside its AVX-512 intrinsics wherever Eigen
-// reduces doubles with -march=native (GCC bug 105593, fixed in GCC 13); see examples/exercises.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <doctest/doctest.h>
 
 #include <cmath>
