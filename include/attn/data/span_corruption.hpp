@@ -47,6 +47,36 @@ inline std::vector<index_t> shuffled_indices(index_t n, Rng& rng) {
   return order;
 }
 
+// Drops the trailing columns of x, y [N, T] in which every target is PAD, keeping at least one.
+// For a causal model trained with a loss that ignores PAD targets this changes neither the loss
+// nor a gradient: position t sees only positions <= t, and a PAD target adds nothing. So a batch
+// of short examples (QA pairs fill ~60 of 128 positions) costs only what its longest row needs.
+// (Dropout draws its masks by element index, so with dropout the draws differ, not their law.)
+// Returns the new T.
+inline index_t trim_padding(Tensor<std::int32_t>& x, Tensor<std::int32_t>& y) {
+  ATTN_CHECK(x.rank() == 2 && x.shape() == y.shape(), shape_error,
+             "trim_padding: x and y must be [N, T] of the same shape, got ", x.shape(), " and ",
+             y.shape());
+  const index_t n = x.shape()[0], t = x.shape()[1];
+  index_t keep = 1;
+  for (index_t r = 0; r < n; ++r)
+    for (index_t c = t - 1; c >= keep; --c)
+      if (y[r * t + c] != pad_id) {
+        keep = c + 1;
+        break;
+      }
+  if (keep == t) return t;
+  Tensor<std::int32_t> xs(Shape{n, keep}), ys(Shape{n, keep});  // [N, T']
+  for (index_t r = 0; r < n; ++r)
+    for (index_t c = 0; c < keep; ++c) {
+      xs[r * keep + c] = x[r * t + c];
+      ys[r * keep + c] = y[r * t + c];
+    }
+  x = std::move(xs);
+  y = std::move(ys);
+  return keep;
+}
+
 // How one span-corruption example cut its document (the counts are characters).
 struct SpanCut {
   index_t truncated = 0;  // L: the document's first L characters are used
