@@ -332,21 +332,30 @@ TEST_CASE("greedy answers stop at the next ⁇; exact match; predictions file") 
   CHECK(attn::data::predictions_text(preds) == "Paris\nNew\\nYork\na\\\\b\\tc\n\n");
 }
 
-TEST_CASE("the QA loss ignores PAD targets") {
-  const std::string corpus = "Where was Al born?\tParis";
-  const CharTokenizer tok = attn::data::masked_vocabulary(corpus);
-  const QADataset data(tok, "Where was Al born?\tParis\n", 32, "t");
-  using Attn =
-      attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal,
-                               attn::Heads<attn::dynamic>, attn::projection::Separate, float>;
+namespace {
+
+using TestAttn =
+    attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal,
+                             attn::Heads<attn::dynamic>, attn::projection::Separate, float>;
+
+nn::GPTConfig tiny_config(const CharTokenizer& tok, index_t block) {
   nn::GPTConfig c;
   c.vocab_size = tok.size();
-  c.block_size = 32;
+  c.block_size = block;
   c.layers = 1;
   c.heads = 2;
   c.d_model = 16;
   c.seed = 1;
-  nn::GPT<Attn> model(c);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the QA loss ignores PAD targets") {
+  const std::string corpus = "Where was Al born?\tParis";
+  const CharTokenizer tok = attn::data::masked_vocabulary(corpus);
+  const QADataset data(tok, "Where was Al born?\tParis\n", 32, "t");
+  nn::GPT<TestAttn> model(tiny_config(tok, 32));
   model.set_training(false);
   Tensor<std::int32_t> x, y;
   data.batch(std::vector<index_t>{0}, x, y);
@@ -368,4 +377,173 @@ TEST_CASE("the QA loss ignores PAD targets") {
   }
   CHECK(count == 7);
   CHECK(loss == doctest::Approx(total / count).epsilon(1e-5));
+}
+
+TEST_CASE("trim_padding drops the all-PAD tail without changing the loss or the gradients") {
+  const std::string corpus = "Where was Al born?\tParisLondonBo";
+  const CharTokenizer tok = attn::data::masked_vocabulary(corpus);
+  const QADataset data(
+      tok, "Where was Al born?\tParis\nWhere was Bo born?\tLondon\nWhere was Al born?\tLo\n", 48,
+      "t");
+  nn::GPT<TestAttn> model(tiny_config(tok, 48));
+  model.set_training(false);
+  const auto loss_and_grads = [&](const Tensor<std::int32_t>& x, const Tensor<std::int32_t>& y) {
+    attn::Tape<float> tape;
+    model.for_each_parameter([](const std::string&, attn::Parameter<float>& p) { p.zero_grad(); });
+    const auto loss = attn::cross_entropy(model(tape, x), y, pad_id);
+    tape.backward(loss);
+    std::vector<float> grads;
+    model.for_each_parameter([&](const std::string&, attn::Parameter<float>& p) {
+      grads.insert(grads.end(), p.grad.begin(), p.grad.end());
+    });
+    return std::pair{loss.item(), grads};
+  };
+  Tensor<std::int32_t> x, y;
+  data.batch(std::vector<index_t>{0, 1, 2}, x, y);
+  const auto [full_loss, full_grads] = loss_and_grads(x, y);
+  Tensor<std::int32_t> xt = x, yt = y;
+  // The longest row, "Where was Bo born?⁇London⁇" (26 characters), has its last target, the
+  // closing ⁇, at position 24.
+  CHECK(attn::data::trim_padding(xt, yt) == 25);
+  CHECK(xt.shape() == attn::Shape{3, 25});
+  for (index_t r = 0; r < 3; ++r)
+    for (index_t t = 0; t < 25; ++t) {
+      CHECK(xt[r * 25 + t] == x[r * 48 + t]);
+      CHECK(yt[r * 25 + t] == y[r * 48 + t]);
+    }
+  const auto [trim_loss, trim_grads] = loss_and_grads(xt, yt);
+  CHECK(trim_loss == doctest::Approx(full_loss).epsilon(1e-6));
+  REQUIRE(trim_grads.size() == full_grads.size());
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < full_grads.size(); ++i) {
+    worst = std::max(worst, double(std::abs(trim_grads[i] - full_grads[i])));
+    scale = std::max(scale, double(std::abs(full_grads[i])));
+  }
+  CHECK(scale > 0);
+  CHECK(worst <= 1e-5 * scale);
+  // Nothing to trim: unchanged; all targets PAD: one column is kept.
+  CHECK(attn::data::trim_padding(xt, yt) == 25);
+  Tensor<std::int32_t> xp(attn::Shape{2, 5}, 3), yp(attn::Shape{2, 5}, pad_id);
+  CHECK(attn::data::trim_padding(xp, yp) == 1);
+  CHECK(attn::test::message_of([&] { attn::data::trim_padding(xp, x); }).find("same shape") !=
+        std::string::npos);
+}
+
+namespace {
+
+// A small world of invented people (two-syllable names), each born in one of a few invented places
+// (person i in place i mod places), one document "X was born in Y." each. The QA pairs ask
+// "X was born in" ⁇ Y ⁇ (the fact's own wording: a model this small, trained for seconds, learns
+// to retrieve with it; the real task's "Where was X born?" needs far more pretraining). Every
+// third group of `places` people is held out of finetuning, so each place has held-out people.
+struct InventedWorld {
+  std::string corpus, train_tsv, heldout_tsv;
+};
+
+InventedWorld invent_world(std::uint64_t seed, int people, int places) {
+  attn::Rng rng(seed);
+  const std::string consonants = "bdfgklmnprstvz", vowels = "aeiou";
+  std::set<std::string> used;
+  const auto word = [&] {  // two syllables, capitalised, not used before
+    std::string w;
+    do {
+      w.clear();
+      for (int i = 0; i < 2; ++i) {
+        w += consonants[rng.uniform_int(consonants.size())];
+        w += vowels[rng.uniform_int(vowels.size())];
+      }
+      w[0] = char(w[0] - 'a' + 'A');
+    } while (!used.insert(w).second);
+    return w;
+  };
+  std::vector<std::string> place(static_cast<std::size_t>(places));
+  for (auto& p : place) p = word();
+  InventedWorld w;
+  for (int i = 0; i < people; ++i) {
+    const std::string name = word(), where = place[std::size_t(i % places)];
+    w.corpus += name + " was born in " + where + ".\n";
+    (i / places % 3 == 2 ? w.heldout_tsv : w.train_tsv) += name + " was born in\t" + where + "\n";
+  }
+  return w;
+}
+
+// `steps` AdamW steps (β₂ 0.99, no weight decay, gradient clip 1) at `lr` (after a linear warmup
+// over `warmup` steps) on batches of 32 examples, the rows drawn from `rng`; `fill(rows, rng, x, y)`
+// makes the batch.
+template <class Model, class Fill>
+void train_steps(Model& model, int steps, int warmup, double lr, attn::Rng& rng, Fill&& fill) {
+  auto params = attn::optim::parameters_of<float>(model);
+  attn::optim::AdamConfig ac;
+  ac.beta2 = 0.99;
+  attn::optim::AdamW<float> opt(params, ac);
+  attn::Tape<float> tape;
+  Tensor<std::int32_t> x, y;
+  std::vector<index_t> rows(32);
+  for (int step = 0; step < steps; ++step) {
+    fill(rows, rng, x, y);
+    attn::data::trim_padding(x, y);
+    tape.clear();
+    const auto loss = attn::cross_entropy(model(tape, x), y, pad_id);
+    tape.backward(loss);
+    attn::optim::clip_grad_norm(params, 1.0);
+    opt.set_lr(lr * std::min(1.0, double(step + 1) / double(std::max(warmup, 1))));
+    opt.step();
+    opt.zero_grad();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("pretraining on invented facts lets the finetuned model answer held-out people") {
+  // 48 people in 8 places; 16 held out. Pretraining: span corruption of the 48 documents.
+  // Finetuning: the 32 training QA pairs, briefly after pretraining (as the problem set's 10
+  // epochs after 650), long enough from scratch to answer the training questions. Without
+  // pretraining, nothing tells the model where a held-out person was born: it can only guess
+  // (1 in 8). With it, the fact is in the weights and finetuning teaches how to say it.
+  const InventedWorld w = invent_world(1, 48, 8);
+  const CharTokenizer tok = attn::data::masked_vocabulary(w.corpus);
+  const index_t block = 64;
+  const SpanCorruption pretraining(tok, w.corpus, block);
+  const QADataset train(tok, w.train_tsv, block, "train"), heldout(tok, w.heldout_tsv, block, "held");
+  REQUIRE(train.size() == 32);
+  REQUIRE(heldout.size() == 16);
+
+  nn::GPTConfig c;
+  c.vocab_size = tok.size();
+  c.block_size = block;
+  c.layers = 2;
+  c.heads = 4;
+  c.d_model = PLACEHOLDER_D;
+  c.seed = 1;
+  const auto random_rows = [](std::vector<index_t>& rows, attn::Rng& rng, index_t n) {
+    for (index_t& r : rows) r = index_t(rng.uniform_int(std::uint64_t(n)));
+  };
+  const auto corrupt = [&](std::vector<index_t>& rows, attn::Rng& rng, Tensor<std::int32_t>& x,
+                           Tensor<std::int32_t>& y) {
+    random_rows(rows, rng, pretraining.size());
+    pretraining.batch(rows, rng, x, y);
+  };
+  const auto qa = [&](std::vector<index_t>& rows, attn::Rng& rng, Tensor<std::int32_t>& x,
+                      Tensor<std::int32_t>& y) {
+    random_rows(rows, rng, train.size());
+    train.batch(rows, x, y);
+  };
+
+  nn::GPT<TestAttn> pretrained(c);
+  attn::Rng rng_pretrained(8);
+  train_steps(pretrained, PLACEHOLDER_PRE, 20, 5e-3, rng_pretrained, corrupt);
+  train_steps(pretrained, 20, 0, 1e-3, rng_pretrained, qa);
+  nn::GPT<TestAttn> scratch(c);
+  attn::Rng rng_scratch(8);
+  train_steps(scratch, 150, 0, 1e-3, rng_scratch, qa);
+
+  const auto with = attn::data::evaluate_greedy(pretrained, tok, heldout);
+  const auto without = attn::data::evaluate_greedy(scratch, tok, heldout);
+  const auto without_train = attn::data::evaluate_greedy(scratch, tok, train);
+  MESSAGE("held-out people answered: ", with.correct, "/16 with pretraining, ", without.correct,
+          "/16 without (which answers ", without_train.correct, "/32 training questions)");
+  CHECK(without_train.correct >= 24);  // finetuning from scratch works on the people it saw
+  CHECK(without.correct <= 5);         // but cannot know the others (guessing: 2 of 16)
+  CHECK(with.correct >= 10);           // pretraining put the facts in the weights
+  CHECK(with.correct >= without.correct + 6);
 }
