@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "plot.hpp"
+#include "../common/attention_variants.hpp"
+#include "../common/char_checkpoint.hpp"
+#include "../common/plot.hpp"
 
 namespace {
 
@@ -28,37 +30,9 @@ using attn::Tensor;
 namespace nn = attn::nn;
 namespace io = attn::io;
 namespace optim = attn::optim;
-
-// ---- the attention variants: --attention name -> a policy combination ----------------------
-
-template <class Score, class Kernel, class Projection>
-using Mha = attn::MultiHeadAttention<Score, Kernel, attn::mask::Causal, attn::Heads<attn::dynamic>,
-                                     Projection, float>;
-using Standard = Mha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Separate>;
-using Symmetric = Mha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Tied>;
-using Euclidean =
-    Mha<attn::score::NegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;
-using Linear = Mha<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::projection::Separate>;
-using Synthesizer =
-    attn::SynthesizerAttention<attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
-
-const std::map<std::string, std::string> attention_help{
-    {"standard", "scaled dot product, softmax, separate W_Q and W_K"},
-    {"symmetric", "tied W_Q = W_K (symmetric scores), softmax"},
-    {"euclidean", "negative squared Euclidean distance -|q-k|^2, softmax"},
-    {"linear", "elu(x)+1 feature maps, O(T) causal linear attention"},
-    {"synthesizer", "dense synthesizer: scores ReLU(x A + b1) B + b2 from each token alone"},
-};
-
-template <class F>
-int with_attention(const std::string& name, F&& f) {
-  if (name == "standard") return f.template operator()<Standard>();
-  if (name == "symmetric") return f.template operator()<Symmetric>();
-  if (name == "euclidean") return f.template operator()<Euclidean>();
-  if (name == "linear") return f.template operator()<Linear>();
-  if (name == "synthesizer") return f.template operator()<Synthesizer>();
-  throw attn::value_error("char_gpt: unknown attention '" + name + "'");
-}
+using examples::open_checkpoint;
+using examples::read_text;
+using examples::with_attention;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -93,11 +67,6 @@ struct SampleOptions {
   bool no_cache = false;
   int threads = 2;
 };
-
-std::string read_text(const std::string& path) {
-  const std::vector<std::byte> bytes = io::read_file(path);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
 
 nn::PositionEncoding parse_positions(const std::string& s) {
   if (s == "learned") return nn::PositionEncoding::learned;
@@ -185,14 +154,6 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
   file.metadata["vocab"] = tok.vocabulary();
   put_run(file, o, steps_done);
   io::save_safetensors(path, file);
-}
-
-io::Safetensors open_checkpoint(const std::string& path) {
-  io::Safetensors file = io::load_safetensors(path);
-  const auto it = file.metadata.find("format");
-  ATTN_CHECK(it != file.metadata.end() && it->second == "attn.char_gpt.v1", attn::io_error, path,
-             ": not a char_gpt checkpoint (metadata 'format' is missing or not attn.char_gpt.v1)");
-  return file;
 }
 
 // ---- training --------------------------------------------------------------------------------
@@ -361,11 +322,11 @@ int train(const TrainOptions& options) {
   std::printf("training: %.1f s, %.0f tokens/s, final val loss %.4f\n", seconds_since(t0),
               tokens_per_s, val);
   const fs::path svg = out / "loss.svg", png = out / "loss.png";
-  char_gpt::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+  examples::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
                       {{"train", "#1f77b4", curve_step, curve_train},
                        {"validation", "#d62728", curve_step, curve_val}});
   const bool have_png =
-      !resuming && char_gpt::gnuplot_png(out / "log.csv", png, "char_gpt: " + o.attention,
+      !resuming && examples::gnuplot_png(out / "log.csv", png, "char_gpt: " + o.attention,
                                          {{2, "train"}, {3, "validation"}});
   std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
   std::printf("checkpoint: %s\n", (out / "checkpoint.safetensors").c_str());
@@ -414,12 +375,13 @@ int main(int argc, char** argv) {
   CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
   TrainOptions t;
   std::string choices;
-  for (const auto& [name, help] : attention_help) choices += "\n  " + name + ": " + help;
+  for (const auto& [name, help] : examples::attention_help())
+    choices += "\n  " + name + ": " + help;
   app.add_option("--data", t.data, "training text (UTF-8)")->check(CLI::ExistingFile);
   app.add_option("--vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
       ->check(CLI::ExistingFile);
   app.add_option("--attention", t.attention, "attention variant:" + choices)
-      ->check(CLI::IsMember({"standard", "symmetric", "euclidean", "linear", "synthesizer"}));
+      ->check(CLI::IsMember(examples::attention_names()));
   app.add_option("--positions", t.positions, "position encoding")
       ->check(CLI::IsMember({"learned", "sinusoidal", "none"}));
   app.add_option("--layers", t.layers, "transformer blocks")->check(CLI::Range(1, 64));

@@ -1,6 +1,6 @@
-// examples/char_gpt/plot.hpp: the loss curves of a run as an SVG written directly (no dependency),
-// and as a PNG through gnuplot when it is installed.
-// Does not parse the CSV back: the trainer passes the points it logged.
+// examples/common/plot.hpp: line charts (loss curves, approximation curves) as an SVG written
+// directly (no dependency), and as a PNG through gnuplot when it is installed.
+// Does not parse CSV files back: the programs pass the points they logged.
 #pragma once
 
 #include <attn/io/atomic_file.hpp>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace char_gpt {
+namespace examples {
 
 struct Curve {
   std::string name;
@@ -104,4 +104,4 @@ inline bool gnuplot_png(const std::filesystem::path& csv, const std::filesystem:
   return ok && std::filesystem::exists(png);
 }
 
-}  // namespace char_gpt
+}  // namespace examples
