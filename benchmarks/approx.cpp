@@ -9,12 +9,16 @@
 // ‖v_i‖² is computed once per head (HeadValues) and reported on its own line.
 //
 //   bench_approx [--lengths 512,4096] [--dim 64] [--queries 32] [--reps 5]
+//
+// Both wall time and the thread's CPU time are printed; ratios use CPU time, which a shared
+// machine disturbs less.
 #include <algorithm>
 #include <attn/approx/approx.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,20 +29,35 @@ using Clock = std::chrono::steady_clock;
 using attn::index_t;
 namespace approx = attn::approx;
 
-// Median over `reps` runs of the mean time per call, in µs, of f(query) over every query
-// (after one warm-up pass).
+// CPU time of the calling thread, µs: on a shared machine it counts only the time this thread
+// ran, where wall time also counts the time others ran on its core.
+double thread_cpu_us() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) * 1e-3;
+}
+
+struct Time {
+  double wall = 0, cpu = 0;  // µs per query
+};
+
+// Medians over `reps` passes of the mean wall and CPU time per call of f(query) over every
+// query (after one warm-up pass).
 template <class F>
-double per_query_us(int reps, index_t queries, F&& f) {
+Time per_query(int reps, index_t queries, F&& f) {
   for (index_t qi = 0; qi < queries; ++qi) f(qi);
-  std::vector<double> t;
+  std::vector<double> wall, cpu;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
+    const double c0 = thread_cpu_us();
     for (index_t qi = 0; qi < queries; ++qi) f(qi);
-    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
-                double(queries));
+    cpu.push_back((thread_cpu_us() - c0) / double(queries));
+    wall.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                   double(queries));
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
 volatile double sink = 0;  // keeps results alive
@@ -63,17 +82,17 @@ void run(index_t L, index_t d, index_t queries, int reps) {
     return std::span<const float>(m.data() + i * m.cols(), std::size_t(m.cols()));
   };
 
-  const double t_heads = per_query_us(reps, 1, [&](index_t) {
+  const Time t_heads = per_query(reps, 1, [&](index_t) {
     const approx::HeadValues<float> hv(v.data(), L, d);
     sink = sink + hv.norm2(0);
   });
   const approx::HeadValues<float> values(v.data(), L, d);
   Vec o(d), s(L);
-  const double t_sum = per_query_us(reps, queries, [&](index_t i) {
+  const Time t_sum = per_query(reps, queries, [&](index_t i) {
     o.noalias() = vm.transpose() * alpha.row(i).transpose();
     sink = sink + o(0);
   });
-  const double t_attn = per_query_us(reps, queries, [&](index_t i) {
+  const Time t_attn = per_query(reps, queries, [&](index_t i) {
     s.noalias() = km * qm.row(i).transpose();
     s *= 1.0f / std::sqrt(float(d));
     s = (s.array() - s.maxCoeff()).exp();
@@ -81,16 +100,16 @@ void run(index_t L, index_t d, index_t queries, int reps) {
     o.noalias() = vm.transpose() * s;
     sink = sink + o(0);
   });
-  const double t_va1 = per_query_us(reps, queries, [&](index_t i) {
+  const Time t_va1 = per_query(reps, queries, [&](index_t i) {
     sink = sink + double(approx::value_aware_1(row(alpha, i), values).index[0]);
   });
-  const double t_va1o = per_query_us(reps, queries, [&](index_t i) {
+  const Time t_va1o = per_query(reps, queries, [&](index_t i) {
     sink = sink + double(approx::value_aware_1(row(alpha, i), values, row(out, i)).index[0]);
   });
   const int slow_reps = std::max(1, reps / 2);
   index_t support = 0;
   double worst = 0;
-  const double t_cara = per_query_us(slow_reps, queries, [&](index_t i) {
+  const Time t_cara = per_query(slow_reps, queries, [&](index_t i) {
     const approx::Sparse sp = approx::caratheodory(row(alpha, i), values);
     support = std::max(support, sp.size());
     sink = sink + sp.weight[0];
@@ -100,20 +119,22 @@ void run(index_t L, index_t d, index_t queries, int reps) {
     worst = std::max(worst, std::sqrt(approx::squared_error(sp, row(alpha, i), values.v)) /
                                 values.v.cast<double>().rowwise().norm().maxCoeff());
   }
-  const double t_top = per_query_us(reps, queries, [&](index_t i) {
+  const Time t_top = per_query(reps, queries, [&](index_t i) {
     sink = sink + double(approx::top_r(row(alpha, i), d + 1).size());
   });
-  const double t_var = per_query_us(slow_reps, queries, [&](index_t i) {
+  const Time t_var = per_query(slow_reps, queries, [&](index_t i) {
     sink = sink + double(approx::value_aware_r(row(alpha, i), values, 16).size());
   });
 
   std::printf("L = %lld, d = %lld, %lld queries, median of %d (slow rows %d) passes\n",
               (long long)L, (long long)d, (long long)queries, reps, slow_reps);
-  std::printf("  %-34s %10.2f us  (once per head)\n", "HeadValues (norms ‖v_i‖²)", t_heads);
-  const auto line = [&](const char* name, double us) {
-    std::printf("  %-34s %10.2f us  %6.2fx sum  %6.2fx attention\n", name, us, us / t_sum,
-                us / t_attn);
+  std::printf("  %-34s %10s %10s | CPU time / exact Σα_i v_i, / exact attention\n", "", "wall us",
+              "CPU us");
+  const auto line = [&](const char* name, Time t) {
+    std::printf("  %-34s %10.2f %10.2f | %8.2fx %8.2fx\n", name, t.wall, t.cpu, t.cpu / t_sum.cpu,
+                t.cpu / t_attn.cpu);
   };
+  line("HeadValues (‖v_i‖², once per head)", t_heads);
   line("exact Σα_i v_i (given α)", t_sum);
   line("exact attention (from q)", t_attn);
   line("value_aware_1 (from α)", t_va1);

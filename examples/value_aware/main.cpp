@@ -261,12 +261,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   eval->add_option("--batch", e.batch, "windows per forward pass")->check(CLI::Range(1, 4096));
   eval->add_option("--threads", e.threads, "OpenMP threads")->check(CLI::Range(1, 256));
-  eval->add_option("--ovo", e.ovo, "r values of the OVO-r curve (d_h + 1 is added)");
-  eval->add_option("--ova", e.ova, "r values of the OVA-r heuristic (1 < r <= d_h)");
-  eval->add_option("--window", e.window, "sliding-window sizes");
-  eval->add_option("--lsh-chunks", e.lsh_chunks, "LSH chunk sizes B (2B keys per round)");
-  eval->add_option("--lsh-rounds", e.lsh_rounds, "LSH hash-round counts");
-  eval->add_option("--features", e.features, "random-feature counts (softmax models only)");
+  eval->add_option("--ovo", e.ovo, "r values of the OVO-r curve (d_h + 1 is added)")
+      ->delimiter(',');
+  eval->add_option("--ova", e.ova, "r values of the OVA-r heuristic (1 < r <= d_h)")
+      ->delimiter(',');
+  eval->add_option("--window", e.window, "sliding-window sizes")->delimiter(',');
+  eval->add_option("--lsh-chunks", e.lsh_chunks, "LSH chunk sizes B (2B keys per round)")
+      ->delimiter(',');
+  eval->add_option("--lsh-rounds", e.lsh_rounds, "LSH hash-round counts")->delimiter(',');
+  eval->add_option("--features", e.features, "random-feature counts (softmax models only)")
+      ->delimiter(',');
   eval->add_flag("--exact-only", e.exact_only, "only the exact model");
 
   std::vector<std::string> csvs;

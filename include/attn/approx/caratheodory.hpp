@@ -45,12 +45,14 @@ double combination_error(const std::vector<index_t>& idx, const Eigen::VectorXd&
 //     sum. The largest t keeping w >= 0 is t = min(α_j, min_{c_k < 0} w_k / −c_k) (c sums to 1,
 //     the lifted 1s, so the total weight is unchanged). If t = α_j, j is absorbed; otherwise the
 //     basis point k that reached 0 is replaced by j with weight α_j − t.
-// So the support never exceeds d + 1. The coordinates come from an LU factorisation of the basis,
-// recomputed every block of d + 1 points (O(d³), so O(d²) per point) and updated by simplex
-// pivots within a block (O(d) per remaining point of the block); recomputing keeps rounding from
-// accumulating. At the end, the weights on the final support are refitted by least squares
-// (Householder QR of the support's lifted points against [0; 1]) and the better of the two
-// (refitted, or as accumulated) by output error is returned.
+// So the support never exceeds d + 1. The coordinates are c = B⁻¹ u_j with the inverse kept up to
+// date by Gauss–Jordan pivots (O(d²) per point and per exchange) and recomputed from an LU
+// factorisation every d + 1 exchanges, together with w, so that rounding does not accumulate.
+// Once the points span R^{d+1}, runs of points are absorbed at once (w += B⁻¹ Σ α_j u_j) while
+// that keeps w >= 0: with weights sorted, most of the tail goes this way at O(d) per point. At
+// the end, the weights on the final support are refitted by least squares (Householder QR of the
+// support's lifted points against [0; 1]) and the better of the two (refitted, or as
+// accumulated) by output error is returned.
 //
 // Degenerate inputs are fine: a repeated point is absorbed into its twin (c = e_k), collinear
 // points span a 2-dimensional lifted space and the support stays at 2, and identical points all
@@ -83,8 +85,9 @@ Sparse caratheodory(std::span<const T> alpha, ConstMatrixMap<T> v) {
   const auto weight_of = [&](index_t i) {
     return static_cast<double>(alpha[static_cast<std::size_t>(i)]) / total;
   };
+  const double inv_scale = 1.0 / scale;
   const auto lift = [&](index_t i, auto&& column) {
-    column.head(dim) = (v.row(i).transpose().template cast<double>() - o) / scale;
+    column.head(dim) = (v.row(i).transpose().template cast<double>() - o) * inv_scale;
     column(dim) = 1.0;
   };
 
@@ -96,66 +99,100 @@ Sparse caratheodory(std::span<const T> alpha, ConstMatrixMap<T> v) {
   constexpr double pivot_tol = 1e-12;
 
   std::vector<index_t> basis(static_cast<std::size_t>(n), -1);  // point per column, −1 = slack
-  Eigen::VectorXd w = Eigen::VectorXd::Zero(n);                 // weights of the basis points
-  Eigen::MatrixXd bmat(n, n), block, tab;
-  Eigen::PartialPivLU<Eigen::MatrixXd> lu(n);
-  const index_t block_size = n;
+  index_t slacks = n;
+  Eigen::ArrayXd is_point = Eigen::ArrayXd::Zero(n);  // 1 for point columns, 0 for slacks
+  Eigen::VectorXd w = Eigen::VectorXd::Zero(n);       // weights of the basis columns
+  Eigen::VectorXd target = Eigen::VectorXd::Zero(n);  // Σ α_j u_j over the points taken so far
+  Eigen::MatrixXd inv = Eigen::MatrixXd::Identity(n, n);  // B⁻¹
+  Eigen::MatrixXd bmat(n, n);
+  Eigen::VectorXd u(n), c(n), sum(n);
+  Eigen::ArrayXd ratio(n);
+  index_t pivots = 0;  // since the last refactorisation
 
-  // Pivot on (row r, column jj): column jj's point takes basis column r; the coordinates of the
-  // block's later points follow (the simplex method's tableau update).
-  const auto pivot = [&](index_t r, index_t jj) {
-    const double p = tab(r, jj);
-    for (index_t c = jj + 1; c < tab.cols(); ++c) {
-      const double f = tab(r, c) / p;
-      if (f == 0) continue;
-      tab.col(c) -= f * tab.col(jj);
-      tab(r, c) = f;
+  // B⁻¹ from scratch (LU with partial pivoting), and w = B⁻¹ target with it: pivot updates and
+  // weight updates drift by rounding, so every d + 1 pivots both are recomputed.
+  const auto refactor = [&] {
+    for (index_t k = 0; k < n; ++k) {
+      if (basis[static_cast<std::size_t>(k)] >= 0) {
+        lift(basis[static_cast<std::size_t>(k)], bmat.col(k));
+      } else {
+        bmat.col(k).setZero();
+        bmat(k, k) = 1.0;
+      }
     }
+    inv = bmat.partialPivLu().inverse();
+    w = (inv * target).cwiseMax(0.0);
+    for (index_t k = 0; k < n; ++k)
+      if (basis[static_cast<std::size_t>(k)] < 0) w(k) = 0;
+    pivots = 0;
+  };
+  // Column r of the basis becomes the point with coordinates c (B c = u): Gauss–Jordan on the
+  // inverse, B'⁻¹ = B⁻¹ − (c − e_r) (row r of B⁻¹) / c_r, O(d²).
+  const auto pivot = [&](index_t r) {
+    const Eigen::RowVectorXd row = inv.row(r) / c(r);
+    c(r) -= 1.0;
+    inv.noalias() -= c * row;
+    if (++pivots >= n) refactor();
   };
 
-  for (index_t start = 0; start < count; start += block_size) {
-    const index_t m = std::min(block_size, count - start);
-    for (index_t c = 0; c < n; ++c) {
-      if (basis[static_cast<std::size_t>(c)] >= 0) {
-        lift(basis[static_cast<std::size_t>(c)], bmat.col(c));
-      } else {
-        bmat.col(c).setZero();
-        bmat(c, c) = 1.0;
+  index_t bulk = n;  // points the fast path tries at once; doubles while it succeeds
+  for (index_t next = 0; next < count;) {
+    // Fast path, once the points span R^{d+1} (no slack left, so every point is dependent):
+    // absorb a run of points at once, w += B⁻¹ Σ_j α_j u_j, when that keeps every w >= 0. That is
+    // the sum of their one-at-a-time absorptions, at O(d) per point instead of O(d²).
+    if (slacks == 0) {
+      const index_t m = std::min(bulk, count - next);
+      sum.setZero();
+      for (index_t jj = next; jj < next + m; ++jj) {
+        const index_t j = order[static_cast<std::size_t>(jj)];
+        lift(j, u);
+        sum += weight_of(j) * u;
       }
-    }
-    block.resize(n, m);
-    for (index_t jj = 0; jj < m; ++jj)
-      lift(order[static_cast<std::size_t>(start + jj)], block.col(jj));
-    lu.compute(bmat);
-    tab = lu.solve(block);  // [n, m]: coordinates of the block's points in the basis
-
-    for (index_t jj = 0; jj < m; ++jj) {
-      const index_t j = order[static_cast<std::size_t>(start + jj)];
-      const double aj = weight_of(j);
-      index_t slack = -1;
-      double best = independent_tol;
-      for (index_t c = 0; c < n; ++c)
-        if (basis[static_cast<std::size_t>(c)] < 0 && std::abs(tab(c, jj)) > best)
-          best = std::abs(tab(c, jj)), slack = c;
-      if (slack >= 0) {  // a new direction: j enters in place of the slack, with its own weight
-        pivot(slack, jj);
-        basis[static_cast<std::size_t>(slack)] = j;
-        w(slack) = aj;
+      c.noalias() = inv * sum;
+      if ((w + c).minCoeff() >= 0) {
+        w += c;
+        target += sum;
+        next += m;
+        bulk *= 2;
         continue;
       }
-      double t = aj;
+      bulk = n;
+    }
+    // One point at a time, for the next d + 1 points.
+    for (const index_t end = std::min(count, next + n); next < end; ++next) {
+      const index_t j = order[static_cast<std::size_t>(next)];
+      const double aj = weight_of(j);
+      lift(j, u);
+      target += aj * u;
+      c.noalias() = inv * u;
+      index_t slack = -1;
+      double best = independent_tol;
+      for (index_t k = 0; slacks > 0 && k < n; ++k)
+        if (is_point(k) == 0 && std::abs(c(k)) > best) best = std::abs(c(k)), slack = k;
+      if (slack >= 0) {  // a new direction: j enters in place of the slack, with its own weight
+        basis[static_cast<std::size_t>(slack)] = j;
+        is_point(slack) = 1;
+        --slacks;
+        w(slack) = aj;
+        pivot(slack);
+        continue;
+      }
+      // The ratio test, vectorised: w_k / −c_k over point columns with c_k < −pivot_tol.
+      // (The minimum alone is a vectorised reduction; its index is searched for only when it
+      // limits t, i.e. when a pivot follows.)
+      ratio = (is_point > 0 && c.array() < -pivot_tol)
+                  .select(w.array() / -c.array(), std::numeric_limits<double>::infinity());
+      const double limit = ratio.minCoeff();
+      const double t = std::min(aj, limit);
       index_t leave = -1;
-      for (index_t c = 0; c < n; ++c)
-        if (basis[static_cast<std::size_t>(c)] >= 0 && tab(c, jj) < -pivot_tol) {
-          const double ratio = w(c) / -tab(c, jj);
-          if (ratio < t) t = ratio, leave = c;
-        }
-      for (index_t c = 0; c < n; ++c)
-        if (basis[static_cast<std::size_t>(c)] >= 0) w(c) = std::max(0.0, w(c) + t * tab(c, jj));
+      if (limit < aj)
+        for (index_t k = 0; k < n && leave < 0; ++k)
+          if (ratio(k) == limit) leave = k;
+      w = (is_point > 0).select((w.array() + t * c.array()).cwiseMax(0.0), 0.0).matrix();
       if (leave >= 0) {  // basis point `leave` reached weight 0: j takes its place
-        pivot(leave, jj);
         basis[static_cast<std::size_t>(leave)] = j;
         w(leave) = aj - t;
+        pivot(leave);
       }
     }
   }
@@ -163,10 +200,10 @@ Sparse caratheodory(std::span<const T> alpha, ConstMatrixMap<T> v) {
   // The support and its accumulated weights.
   std::vector<index_t> support;
   std::vector<double> acc;
-  for (index_t c = 0; c < n; ++c)
-    if (basis[static_cast<std::size_t>(c)] >= 0 && w(c) > 0) {
-      support.push_back(basis[static_cast<std::size_t>(c)]);
-      acc.push_back(w(c));
+  for (index_t col = 0; col < n; ++col)
+    if (basis[static_cast<std::size_t>(col)] >= 0 && w(col) > 0) {
+      support.push_back(basis[static_cast<std::size_t>(col)]);
+      acc.push_back(w(col));
     }
   const auto k = static_cast<index_t>(support.size());
   Eigen::VectorXd accumulated = Eigen::Map<const Eigen::VectorXd>(acc.data(), k);
@@ -174,10 +211,10 @@ Sparse caratheodory(std::span<const T> alpha, ConstMatrixMap<T> v) {
 
   // Least-squares refit on the support: min ‖U_S β − [0; 1]‖, then β clamped to >= 0.
   Eigen::MatrixXd us(n, k);
-  for (index_t c = 0; c < k; ++c) lift(support[static_cast<std::size_t>(c)], us.col(c));
-  Eigen::VectorXd target = Eigen::VectorXd::Zero(n);
-  target(dim) = 1.0;
-  Eigen::VectorXd refit = us.colPivHouseholderQr().solve(target).cwiseMax(0.0);
+  for (index_t col = 0; col < k; ++col) lift(support[static_cast<std::size_t>(col)], us.col(col));
+  Eigen::VectorXd lifted_o = Eigen::VectorXd::Zero(n);
+  lifted_o(dim) = 1.0;
+  Eigen::VectorXd refit = us.colPivHouseholderQr().solve(lifted_o).cwiseMax(0.0);
   const double refit_sum = refit.sum();
   const bool refit_ok = std::isfinite(refit_sum) && refit_sum > 0;
   if (refit_ok) refit /= refit_sum;
@@ -188,10 +225,10 @@ Sparse caratheodory(std::span<const T> alpha, ConstMatrixMap<T> v) {
           ? refit
           : accumulated;
   Sparse s;
-  for (index_t c = 0; c < k; ++c)
-    if (best(c) > 0) {
-      s.index.push_back(support[static_cast<std::size_t>(c)]);
-      s.weight.push_back(best(c));
+  for (index_t col = 0; col < k; ++col)
+    if (best(col) > 0) {
+      s.index.push_back(support[static_cast<std::size_t>(col)]);
+      s.weight.push_back(best(col));
     }
   return s;
 }

@@ -35,13 +35,14 @@ index_t value_aware_1_index(std::span<const T> alpha, const HeadValues<T>& value
                             const Eigen::Matrix<T, Eigen::Dynamic, 1>& o) {
   auto& proj = value_aware_scratch<T>().proj;
   proj.noalias() = values.v * o;  // [L]: ⟨v_i, o⟩
-  index_t best = -1;
-  T best_f = std::numeric_limits<T>::infinity();
-  for (index_t i = 0; i < values.length(); ++i) {
-    if (!(alpha[static_cast<std::size_t>(i)] > T{0})) continue;
-    const T f = T(0.5) * values.norm2(i) - proj(i);
-    if (best < 0 || f < best_f) best = i, best_f = f;
-  }
+  const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> a(alpha.data(), values.length());
+  // f_i for allowed keys, +∞ for masked ones (vectorised), then the first minimum.
+  proj = (a > T{0}).select(T(0.5) * values.norm2.array() - proj.array(),
+                           std::numeric_limits<T>::infinity());
+  // The smallest value by a vectorised reduction, then the first index holding it.
+  const T smallest = proj.minCoeff();
+  index_t best = 0;
+  while (proj(best) != smallest) ++best;
   return best;
 }
 
@@ -202,20 +203,28 @@ Sparse value_aware_r(std::span<const T> alpha, const HeadValues<T>& values, inde
 
   // Greedy Frank–Wolfe selection from OVA-1's value.
   Sparse greedy = value_aware_1(alpha, values);
-  Eigen::MatrixXd centred(v.rows(), v.cols());  // rows v_i − o (only keys with α > 0 are read)
-  for (const index_t i : keys) centred.row(i) = v.row(i).template cast<double>() - o.transpose();
-  Eigen::VectorXd e = centred.row(greedy.index[0]).transpose();
+  // Rows v_i − o of the keys with α > 0, row-major so that each row is contiguous.
+  const auto n_keys = static_cast<index_t>(keys.size());
+  RowMatrix<double> centred(n_keys, v.cols());
+  std::vector<index_t> row_of(static_cast<std::size_t>(v.rows()), -1);
+  for (index_t a = 0; a < n_keys; ++a) {
+    const index_t i = keys[static_cast<std::size_t>(a)];
+    centred.row(a) = v.row(i).template cast<double>() - o.transpose();
+    row_of[static_cast<std::size_t>(i)] = a;
+  }
+  const auto centred_of = [&](index_t i) {
+    return centred.row(row_of[static_cast<std::size_t>(i)]).transpose();
+  };
+  Eigen::VectorXd e = centred_of(greedy.index[0]), dots(n_keys);
   while (greedy.size() < r) {
     if (e.squaredNorm() == 0) break;
-    index_t j = -1;
-    double best_dot = std::numeric_limits<double>::infinity();
-    for (const index_t i : keys) {
-      const double dot = centred.row(i).dot(e);
-      if (dot < best_dot) best_dot = dot, j = i;
-    }
+    dots.noalias() = centred * e;  // ⟨v_i − o, e⟩ for every key, one GEMV
+    Eigen::Index best = 0;
+    dots.minCoeff(&best);
+    const index_t j = keys[static_cast<std::size_t>(best)];
     if (std::find(greedy.index.begin(), greedy.index.end(), j) != greedy.index.end()) break;
     // Exact line search towards v_j: min over γ ∈ [0, 1] of ‖(1 − γ) e + γ (v_j − o)‖².
-    const Eigen::VectorXd dj = centred.row(j).transpose();
+    const Eigen::VectorXd dj = centred_of(j);
     const Eigen::VectorXd diff = e - dj;
     const double gamma =
         diff.squaredNorm() > 0 ? std::clamp(e.dot(diff) / diff.squaredNorm(), 0.0, 1.0) : 0.0;
@@ -225,7 +234,7 @@ Sparse value_aware_r(std::span<const T> alpha, const HeadValues<T>& values, inde
     detail::refit(greedy, v, o, greedy.size() == r ? 200 : 30);
     e.setZero();
     for (std::size_t k = 0; k < greedy.index.size(); ++k)
-      e += greedy.weight[k] * centred.row(greedy.index[k]).transpose();
+      e += greedy.weight[k] * centred_of(greedy.index[k]);
   }
   consider(std::move(greedy));
 
