@@ -268,6 +268,20 @@ TEST_CASE("the evaluation probe: each method against its definition, inside Mult
                   "polynomial") != std::string::npos);
 }
 
+TEST_CASE("the evaluation probe refuses negative weights (an odd polynomial kernel)") {
+  attn::MultiHeadAttention<score::ScaledDot, kernel::Polynomial<3>, mask::Causal> mha(
+      small_config());
+  mha.training = false;
+  Rng rng(27);
+  const Tensor<float> x = Tensor<float>::randn({1, 12, 16}, rng);
+  Tape<float> tape;
+  attn::NoGrad<float> no_grad(tape);
+  approx::approximate(mha, {approx::Method::top_r, 2});
+  CHECK(attn::test::message_of<attn::value_error>([&] {
+          mha(tape.leaf(x), mask::Causal{});
+        }).find("OVO-2 needs attention weights that are finite and >= 0") != std::string::npos);
+}
+
 TEST_CASE("random features approach exact softmax attention as F grows") {
   Rng rng(24);
   const Tensor<double> q = Tensor<double>::randn({1, 2, 40, 8}, rng, 0.0, 0.5),

@@ -92,6 +92,15 @@ void approximate_rows(const Approximation& a, AttentionStep<T>& step, bool causa
   for (index_t bh = 0; bh < B * hk_count; ++bh)
     heads.emplace_back(step.v.data() + bh * tk * dv, tk, dv);
   const index_t rows = B * H * tq;
+  // Checked here, before the parallel loop (an exception must not leave an OpenMP region): a
+  // kernel that can make weights negative (an odd polynomial) has no convex combination to
+  // approximate.
+  for (const T w : step.weights)
+    ATTN_CHECK(std::isfinite(static_cast<double>(w)) && w >= T{0}, value_error,
+               "approx: ", a.name(),
+               " needs attention weights that are finite and >= 0; this "
+               "model's include ",
+               static_cast<double>(w));
   const double cost = a.method == Method::caratheodory || a.method == Method::value_aware_r
                           ? double(tk) * double(dv) * double(dv)
                           : double(tk) * double(dv);
@@ -134,7 +143,12 @@ template <ScorePolicy Score, KernelPolicy Kernel, MaskPolicy Mask, class T = flo
 AttentionProbe<T> make_probe(const Approximation& a, const Score& score, const Kernel& kernel,
                              const Mask& mask, ErrorTally* tally = nullptr) {
   ATTN_CHECK(a.r >= 1, value_error, "approx::make_probe: r must be >= 1, got ", a.r);
-  if (a.method == Method::lsh) a.lsh.validate();
+  if (a.method == Method::lsh) {
+    a.lsh.validate();
+    ATTN_CHECK(!(std::is_same_v<Kernel, kernel::RandomFeatures>), value_error,
+               "approx::make_probe: LSH attention scores exact kernels; this model's kernel is "
+               "random features (an estimate)");
+  }
   if (a.method == Method::random_features) {
     ATTN_CHECK(a.features >= 1, value_error, "approx::make_probe: random features need F >= 1");
     ATTN_CHECK((std::is_same_v<Kernel, kernel::Softmax>), value_error,
@@ -154,7 +168,12 @@ AttentionProbe<T> make_probe(const Approximation& a, const Score& score, const K
     Tensor<T> out(os);
     std::vector<index_t> used(static_cast<std::size_t>(rows), 0);
     if (a.method == Method::lsh) {
-      out = lsh_attention(step.q, step.k, step.v, score, kernel, mask, a.lsh, &used);
+      if constexpr (std::is_same_v<Kernel, kernel::RandomFeatures>)
+        throw value_error(
+            "approx: LSH attention scores exact kernels; this model's kernel is "
+            "random features (an estimate)");
+      else
+        out = lsh_attention(step.q, step.k, step.v, score, kernel, mask, a.lsh, &used);
     } else if (a.method == Method::random_features) {
       if constexpr (std::is_same_v<Score, score::Dot> || std::is_same_v<Score, score::ScaledDot>) {
         Tape<T> tape;
