@@ -28,3 +28,4 @@ attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log
 attn_add_test(learned_scores attention/test_learned_scores.cpp)
 attn_add_test(teaching teaching/test_exercises.cpp teaching/test_models.cpp)
 attn_add_test(birthplace data/test_birthplace.cpp)
+attn_add_test(approx approx/test_oracles.cpp approx/test_schemes.cpp)

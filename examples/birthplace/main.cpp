@@ -50,9 +50,9 @@ const std::map<std::string, std::string> variant_help{
 
 template <class F>
 int with_variant(const std::string& name, F&& f) {
-  if (name == "vanilla") return f.template operator()<examples::StandardAttention>();
-  if (name == "synthesizer") return f.template operator()<examples::SynthesizerAttention>();
-  if (name == "euclidean") return f.template operator()<examples::EuclideanAttention>();
+  if (name == "vanilla") return f.template operator()<examples::Standard>();
+  if (name == "synthesizer") return f.template operator()<examples::Synthesizer>();
+  if (name == "euclidean") return f.template operator()<examples::Euclidean>();
   throw attn::value_error("birthplace: unknown variant '" + name + "'");
 }
 

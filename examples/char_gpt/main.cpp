@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/attention_variants.hpp"
+#include "../common/char_checkpoint.hpp"
 #include "../common/plot.hpp"
 #include "../common/training.hpp"
 
@@ -31,29 +33,11 @@ namespace optim = attn::optim;
 
 using examples::exact;
 using examples::format_duration;
+using examples::open_checkpoint;
 using examples::read_text;
 using examples::seconds_since;
 using examples::step_seed;
-
-// ---- the attention variants: --attention name -> a policy combination ----------------------
-
-const std::map<std::string, std::string> attention_help{
-    {"standard", "scaled dot product, softmax, separate W_Q and W_K"},
-    {"symmetric", "tied W_Q = W_K (symmetric scores), softmax"},
-    {"euclidean", "negative squared Euclidean distance -|q-k|^2, softmax"},
-    {"linear", "elu(x)+1 feature maps, O(T) causal linear attention"},
-    {"synthesizer", "dense synthesizer: scores ReLU(x A + b1) B + b2 from each token alone"},
-};
-
-template <class F>
-int with_attention(const std::string& name, F&& f) {
-  if (name == "standard") return f.template operator()<examples::StandardAttention>();
-  if (name == "symmetric") return f.template operator()<examples::SymmetricAttention>();
-  if (name == "euclidean") return f.template operator()<examples::EuclideanAttention>();
-  if (name == "linear") return f.template operator()<examples::LinearAttention>();
-  if (name == "synthesizer") return f.template operator()<examples::SynthesizerAttention>();
-  throw attn::value_error("char_gpt: unknown attention '" + name + "'");
-}
+using examples::with_attention;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -152,10 +136,6 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
   file.metadata["vocab"] = tok.vocabulary();
   put_run(file, o, steps_done);
   io::save_safetensors(path, file);
-}
-
-io::Safetensors open_checkpoint(const std::string& path) {
-  return examples::open_checkpoint(path, "attn.char_gpt.v1", "char_gpt");
 }
 
 // ---- training --------------------------------------------------------------------------------
@@ -359,12 +339,13 @@ int main(int argc, char** argv) {
   CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
   TrainOptions t;
   std::string choices;
-  for (const auto& [name, help] : attention_help) choices += "\n  " + name + ": " + help;
+  for (const auto& [name, help] : examples::attention_help())
+    choices += "\n  " + name + ": " + help;
   app.add_option("--data", t.data, "training text (UTF-8)")->check(CLI::ExistingFile);
   app.add_option("--vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
       ->check(CLI::ExistingFile);
   app.add_option("--attention", t.attention, "attention variant:" + choices)
-      ->check(CLI::IsMember({"standard", "symmetric", "euclidean", "linear", "synthesizer"}));
+      ->check(CLI::IsMember(examples::attention_names()));
   app.add_option("--positions", t.positions, "position encoding")
       ->check(CLI::IsMember({"learned", "sinusoidal", "none"}));
   app.add_option("--layers", t.layers, "transformer blocks")->check(CLI::Range(1, 64));

@@ -1,5 +1,6 @@
-// examples/common/training.hpp: what the example trainers (char_gpt, birthplace) share: the causal
-// attention variants by name, per-step seeds, one optimizer step, the progress line, durations.
+// examples/common/training.hpp: what the example trainers (char_gpt, birthplace) share, besides
+// the attention variants (attention_variants.hpp) and checkpoint files (char_checkpoint.hpp):
+// per-step seeds, one optimizer step, the progress line, durations.
 // Does not parse options, hold a training loop or choose file names: each trainer keeps its own.
 #pragma once
 
@@ -8,6 +9,9 @@
 #include <attn/attn.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
+
+#include "attention_variants.hpp"
+#include "char_checkpoint.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -20,33 +24,7 @@
 
 namespace examples {
 
-// ---- causal self-attention variants, one policy combination each -----------------------------
-
-template <class Score, class Kernel, class Projection>
-using CausalAttention = attn::MultiHeadAttention<Score, Kernel, attn::mask::Causal,
-                                                 attn::Heads<attn::dynamic>, Projection, float>;
-// softmax(q·k/√d_h): GPT's attention.
-using StandardAttention =
-    CausalAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Separate>;
-// W_Q = W_K: symmetric scores.
-using SymmetricAttention =
-    CausalAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Tied>;
-// softmax(−‖q − k‖²): the Stolen Attention study's score.
-using EuclideanAttention =
-    CausalAttention<attn::score::NegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;
-// elu(x) + 1 feature maps: O(T) causal linear attention.
-using LinearAttention =
-    CausalAttention<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::projection::Separate>;
-// Dense synthesizer: scores ReLU(x A + b₁) B + b₂ from each token alone.
-using SynthesizerAttention =
-    attn::SynthesizerAttention<attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
-
 // ---- small helpers ---------------------------------------------------------------------------
-
-inline std::string read_text(const std::string& path) {
-  const std::vector<std::byte> bytes = attn::io::read_file(path);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
 
 // A seed for step `step` of stream `stream` of a run: batches and dropout of a step depend only
 // on (seed, step), so a resumed run replays exactly what the uninterrupted one would have done.
@@ -101,17 +79,6 @@ inline attn::nn::GPTConfig gpt_config(const ModelShape& m) {
   c.dropout = m.dropout;
   c.seed = m.seed;
   return c;
-}
-
-// The checkpoint at `path`, checked to be one of `program`'s: its metadata "format" must be
-// `format` (io_error otherwise, naming the file).
-inline attn::io::Safetensors open_checkpoint(const std::string& path, const std::string& format,
-                                             const std::string& program) {
-  attn::io::Safetensors file = attn::io::load_safetensors(path);
-  const auto it = file.metadata.find("format");
-  ATTN_CHECK(it != file.metadata.end() && it->second == format, attn::io_error, path, ": not a ",
-             program, " checkpoint (metadata 'format' is missing or not ", format, ")");
-  return file;
 }
 
 // Runs a program's body; an attn::error or a filesystem error becomes "error: …" on stderr and
