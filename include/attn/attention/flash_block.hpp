@@ -200,9 +200,11 @@ struct BackwardLayout : Layout {
     v = take(key_tile * ldv);
     s = take(query_tile * lds);
     dp = take(query_tile * lds);
-    acc_q = take(query_tile * static_cast<int>(g.Dh));  // dQ program
-    acc_k = take(key_tile * static_cast<int>(g.Dh));    // dK/dV program
-    acc_v = take(key_tile * static_cast<int>(g.Dv));
+    // The dQ program accumulates [Br, Dh], the dK/dV program [Bc, Dh] and [Bc, Dv]: one region.
+    const int dh = static_cast<int>(g.Dh), dv = static_cast<int>(g.Dv);
+    acc_q = acc_k = take(query_tile * dh > key_tile * (dh + dv) ? query_tile * dh
+                                                                 : key_tile * (dh + dv));
+    acc_v = acc_k + key_tile * dh;
     lse = take(query_tile);
     delta = take(query_tile);
     kk = take(key_tile);

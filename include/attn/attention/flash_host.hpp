@@ -21,19 +21,25 @@ namespace attn {
 namespace flash {
 
 // A block of one thread: every strided loop of a block program runs all of its items in order.
+// (ATTN_HOST_DEVICE only so that nvcc accepts the block programs instantiated with it; it is
+// never used on a GPU.)
 struct SerialBlock {
-  int thread() const { return 0; }
-  int size() const { return 1; }
-  void sync() const {}
+  ATTN_HOST_DEVICE int thread() const { return 0; }
+  ATTN_HOST_DEVICE int size() const { return 1; }
+  ATTN_HOST_DEVICE void sync() const {}
 };
 
 // Thread `id` of `count` host threads standing in for a block's threads; sync() is __syncthreads.
 struct ThreadedBlock {
   int id = 0, count = 1;
   std::barrier<>* barrier = nullptr;
-  int thread() const { return id; }
-  int size() const { return count; }
-  void sync() const { barrier->arrive_and_wait(); }
+  ATTN_HOST_DEVICE int thread() const { return id; }
+  ATTN_HOST_DEVICE int size() const { return count; }
+  ATTN_HOST_DEVICE void sync() const {
+#if !defined(__CUDA_ARCH__)  // the device pass of nvcc compiles this too, but it never runs there
+    barrier->arrive_and_wait();
+#endif
+  }
 };
 
 // Runs program(block, smem, index) for every block index in [0, blocks), one block at a time,
