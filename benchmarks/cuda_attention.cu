@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <attn/cuda/flash_attention.cuh>
+#include <attn/cuda/timing.cuh>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -25,28 +26,7 @@ using attn::index_t;
 using attn::Tensor;
 namespace cuda = attn::cuda;
 
-// Median milliseconds of `reps` runs of f after one warm-up, timed with CUDA events.
-template <class F>
-double median_ms(int reps, F&& f) {
-  f();
-  cudaEvent_t a, b;
-  ATTN_CUDA_CHECK(cudaEventCreate(&a));
-  ATTN_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    ATTN_CUDA_CHECK(cudaEventRecord(a));
-    f();
-    ATTN_CUDA_CHECK(cudaEventRecord(b));
-    ATTN_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    ATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  ATTN_CUDA_CHECK(cudaEventDestroy(a));
-  ATTN_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using cuda::median_ms;
 
 template <class T>
 constexpr cudaDataType_t cuda_type() {

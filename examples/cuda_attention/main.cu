@@ -14,6 +14,7 @@
 #include <attn/attention/flash_host.hpp>
 #include <attn/cuda/flash_attention.cuh>
 #include <attn/cuda/multi_head.cuh>
+#include <attn/cuda/timing.cuh>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -32,32 +33,18 @@ struct Options {
   bool emulate = false, module = false;
 };
 
-// Median milliseconds of `reps` runs of f (after one warm-up), timed with CUDA events on the GPU
-// or the steady clock in the emulation.
+// Median milliseconds of `reps` runs of f (after one warm-up): CUDA events on the GPU, the
+// steady clock in the emulation.
 template <class F>
 double median_ms(int reps, bool gpu, F&& f) {
+  if (gpu) return cuda::median_ms(reps, f);
   f();
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
-    if (gpu) {
-      cudaEvent_t a, b;
-      ATTN_CUDA_CHECK(cudaEventCreate(&a));
-      ATTN_CUDA_CHECK(cudaEventCreate(&b));
-      ATTN_CUDA_CHECK(cudaEventRecord(a));
-      f();
-      ATTN_CUDA_CHECK(cudaEventRecord(b));
-      ATTN_CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      ATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      t.push_back(ms);
-      ATTN_CUDA_CHECK(cudaEventDestroy(a));
-      ATTN_CUDA_CHECK(cudaEventDestroy(b));
-    } else {
-      const auto a = std::chrono::steady_clock::now();
-      f();
-      t.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-    }
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -70,7 +57,7 @@ double relative_error(const Tensor<float>& a, const Tensor<float>& b) {
   return attn::max_abs_diff(a, b) / scale;
 }
 
-template <class T, class Mask>
+template <class E, class Mask>
 bool run_kernels(const Options& o, const Mask& mask) {
   const attn::score::ScaledDot score;
   attn::Rng rng(1);
@@ -81,7 +68,7 @@ bool run_kernels(const Options& o, const Mask& mask) {
              r = Tensor<float>::randn({B, H, T, D}, rng);
   // The CPU path, from the values the kernels see (bf16 rounds them).
   auto seen = [&](const Tensor<float>& t) {
-    return attn::convert_elements<float>(attn::convert_elements<T>(t), t.shape());
+    return attn::convert_elements<float>(attn::convert_elements<E>(t), t.shape());
   };
   attn::Tape<float> tape;
   auto qv = tape.leaf(seen(q), true), kv = tape.leaf(seen(k), true), vv = tape.leaf(seen(v), true);
@@ -97,18 +84,18 @@ bool run_kernels(const Options& o, const Mask& mask) {
     attn::FlashForwardResult<float> f;
     attn::FlashGradients<float> g;
     fwd_ms =
-        median_ms(o.reps, false, [&] { f = attn::emulate_flash_forward<T>(q, k, v, score, mask); });
+        median_ms(o.reps, false, [&] { f = attn::emulate_flash_forward<E>(q, k, v, score, mask); });
     bwd_ms = median_ms(o.reps, false,
-                       [&] { g = attn::emulate_flash_backward<T>(q, k, v, f, r, score, mask); });
+                       [&] { g = attn::emulate_flash_backward<E>(q, k, v, f, r, score, mask); });
     o_k = f.out;
     dq = g.dq;
     dk = g.dk;
     dv = g.dv;
   } else {
-    const auto dq_in = cuda::to_device<T>(q), dk_in = cuda::to_device<T>(k),
-               dv_in = cuda::to_device<T>(v), dr = cuda::to_device<T>(r);
-    cuda::DeviceAttention<T> f;
-    cuda::DeviceAttentionGradients<T> g;
+    const auto dq_in = cuda::to_device<E>(q), dk_in = cuda::to_device<E>(k),
+               dv_in = cuda::to_device<E>(v), dr = cuda::to_device<E>(r);
+    cuda::DeviceAttention<E> f;
+    cuda::DeviceAttentionGradients<E> g;
     fwd_ms = median_ms(o.reps, true,
                        [&] { cuda::flash_attention(dq_in, dk_in, dv_in, f, score, mask); });
     bwd_ms = median_ms(o.reps, true, [&] {
@@ -122,7 +109,7 @@ bool run_kernels(const Options& o, const Mask& mask) {
   const double e[4] = {relative_error(o_k, out.value()), relative_error(dq, qv.grad()),
                        relative_error(dk, kv.grad()), relative_error(dv, vv.grad())};
   // float: rounding of float sums; bf16: outputs and gradients stored with 8 significant bits.
-  const double tol = std::is_same_v<T, float> ? 1e-4 : 2e-2;
+  const double tol = std::is_same_v<E, float> ? 1e-4 : 2e-2;
   const double flops = 4.0 * double(B * H) * double(T) * double(T) * double(D) *
                        (o.mask == "none" ? 1.0 : 0.5);  // causal: about half the pairs
   std::printf("%s, %s: B=%lld H=%lld T=%lld Dh=%lld, mask %s\n",

@@ -36,6 +36,12 @@ Mask make_device_mask() {
     return Mask{};
 }
 
+// A tensor converted element by element (attn::cast under a short name).
+template <class A, class B>
+Tensor<A> as(const Tensor<B>& t) {
+  return cast<A>(t);
+}
+
 struct FlashProblem {
   FlashSize z;
   Tensor<double> q, k, v, dout;

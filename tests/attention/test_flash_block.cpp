@@ -59,11 +59,6 @@ struct CountingMask : M {
   }
 };
 
-template <class A, class B>
-Tensor<A> as(const Tensor<B>& t) {
-  return attn::cast<A>(t);
-}
-
 }  // namespace
 
 TEST_CASE("bf16: exact widening, round to nearest even, inf and NaN") {
@@ -191,8 +186,9 @@ TEST_CASE("flash tiles: the kind of every kernel tile equals the elementwise mas
       }
     return double(none) / double(all_tiles);
   };
-  for (const auto& [tq, tk] :
+  for (const auto& size :
        {std::pair<index_t, index_t>{1, 1}, {37, 70}, {130, 97}, {200, 200}, {64, 32}, {31, 300}}) {
+    const index_t tq = size.first, tk = size.second;  // (clang 14 cannot capture a binding)
     CAPTURE(tq);
     CAPTURE(tk);
     check(mask::None{}, tq, tk);
@@ -237,59 +233,52 @@ TEST_CASE("flash block programs: skipping tiles changes no bit and saves the mas
   CHECK(calls == 2 * (6 * flash::query_tile * flash::key_tile + 8 * 8));
 }
 
+namespace {
+
+// Bounds on max |emulated − oracle|, relative to the oracle's largest value.
+struct Bounds {
+  double out, lse, dq, dk, dv;
+};
+
+// The block programs with elements T against the oracle, at every size of flash_sizes.
+template <class T, class Score, class Mask>
+void check_against_oracle(std::uint64_t seed, const Bounds& tol) {
+  for (const FlashSize& z : flash_sizes) {
+    CAPTURE(Score::name);
+    CAPTURE(z.Tq);
+    CAPTURE(z.Tk);
+    const FlashProblem p = make_flash_problem(z, seed, std::is_same_v<T, bf16>);
+    const Mask m = make_device_mask<Mask>();
+    const FlashOracle ref = flash_oracle<Score>(p, m);
+    const auto q = as<float>(p.q), k = as<float>(p.k), v = as<float>(p.v), dout = as<float>(p.dout);
+    const auto f = attn::emulate_flash_forward<T>(q, k, v, Score{}, m);
+    const auto g = attn::emulate_flash_backward<T>(q, k, v, f, dout, Score{}, m);
+    CHECK(attn::max_abs_diff(as<double>(f.out), ref.out) < tol.out * magnitude(ref.out));
+    CHECK(lse_difference(as<double>(f.lse), ref.lse) < tol.lse * magnitude(ref.lse));
+    CHECK(attn::max_abs_diff(as<double>(g.dq), ref.dq) < tol.dq * magnitude(ref.dq));
+    CHECK(attn::max_abs_diff(as<double>(g.dk), ref.dk) < tol.dk * magnitude(ref.dk));
+    CHECK(attn::max_abs_diff(as<double>(g.dv), ref.dv) < tol.dv * magnitude(ref.dv));
+  }
+}
+
+constexpr Bounds float_bounds{2e-5, 2e-5, 2e-5, 2e-5, 2e-5};
+// Outputs are rounded to bf16 (8 significant bits: half an ulp is 2^-9 relative); D = Σ dO∘O
+// reads the rounded O, which moves dS by up to P |D| 2^-9, so dq and dk get a little more.
+constexpr Bounds bf16_bounds{0x1p-8, 1e-5, 0x1p-6, 0x1p-6, 0x1p-8};
+
+}  // namespace
+
 TEST_CASE_TEMPLATE("flash block programs (float) equal the reference, every score and mask", Mask,
                    mask::None, mask::Causal, mask::CausalTopLeft, mask::SlidingWindow) {
-  auto run = [](auto score) {
-    using Score = decltype(score);
-    for (const FlashSize& z : flash_sizes) {
-      CAPTURE(Score::name);
-      CAPTURE(z.Tq);
-      CAPTURE(z.Tk);
-      const FlashProblem p = make_flash_problem(z, 7, false);
-      const Mask m = make_device_mask<Mask>();
-      const FlashOracle ref = flash_oracle<Score>(p, m);
-      const auto q = as<float>(p.q), k = as<float>(p.k), v = as<float>(p.v),
-                 dout = as<float>(p.dout);
-      const auto f = attn::emulate_flash_forward<float>(q, k, v, score, m);
-      const auto g = attn::emulate_flash_backward<float>(q, k, v, f, dout, score, m);
-      const double tol = 2e-5;
-      CHECK(attn::max_abs_diff(as<double>(f.out), ref.out) < tol * magnitude(ref.out));
-      CHECK(lse_difference(as<double>(f.lse), ref.lse) < tol * magnitude(ref.lse));
-      CHECK(attn::max_abs_diff(as<double>(g.dq), ref.dq) < tol * magnitude(ref.dq));
-      CHECK(attn::max_abs_diff(as<double>(g.dk), ref.dk) < tol * magnitude(ref.dk));
-      CHECK(attn::max_abs_diff(as<double>(g.dv), ref.dv) < tol * magnitude(ref.dv));
-    }
-  };
-  run(score::Dot{});
-  run(score::ScaledDot{});
-  run(score::NegSqEuclidean{});
+  check_against_oracle<float, score::Dot, Mask>(7, float_bounds);
+  check_against_oracle<float, score::ScaledDot, Mask>(7, float_bounds);
+  check_against_oracle<float, score::NegSqEuclidean, Mask>(7, float_bounds);
 }
 
 TEST_CASE_TEMPLATE("flash block programs (bf16 in and out, float inside) equal the reference", Mask,
                    mask::None, mask::Causal) {
-  auto run = [](auto score) {
-    using Score = decltype(score);
-    for (const FlashSize& z : flash_sizes) {
-      CAPTURE(Score::name);
-      CAPTURE(z.Tq);
-      const FlashProblem p = make_flash_problem(z, 8, true);
-      const Mask m = make_device_mask<Mask>();
-      const FlashOracle ref = flash_oracle<Score>(p, m);
-      const auto q = as<float>(p.q), k = as<float>(p.k), v = as<float>(p.v),
-                 dout = as<float>(p.dout);
-      const auto f = attn::emulate_flash_forward<bf16>(q, k, v, score, m);
-      const auto g = attn::emulate_flash_backward<bf16>(q, k, v, f, dout, score, m);
-      // Outputs are rounded to bf16 (8 significant bits): half an ulp is 2^-9 relative.
-      CHECK(attn::max_abs_diff(as<double>(f.out), ref.out) < 0x1p-8 * magnitude(ref.out));
-      CHECK(lse_difference(as<double>(f.lse), ref.lse) < 1e-5 * magnitude(ref.lse));
-      // D = Σ dO∘O reads the rounded O, which moves dS by up to P |D| 2^-9: a little more.
-      CHECK(attn::max_abs_diff(as<double>(g.dq), ref.dq) < 0x1p-6 * magnitude(ref.dq));
-      CHECK(attn::max_abs_diff(as<double>(g.dk), ref.dk) < 0x1p-6 * magnitude(ref.dk));
-      CHECK(attn::max_abs_diff(as<double>(g.dv), ref.dv) < 0x1p-8 * magnitude(ref.dv));
-    }
-  };
-  run(score::ScaledDot{});
-  run(score::NegSqEuclidean{});
+  check_against_oracle<bf16, score::ScaledDot, Mask>(8, bf16_bounds);
+  check_against_oracle<bf16, score::NegSqEuclidean, Mask>(8, bf16_bounds);
 }
 
 TEST_CASE_TEMPLATE("flash block programs in double: gradients equal finite differences", Mask,

@@ -202,8 +202,8 @@ struct BackwardLayout : Layout {
     dp = take(query_tile * lds);
     // The dQ program accumulates [Br, Dh], the dK/dV program [Bc, Dh] and [Bc, Dv]: one region.
     const int dh = static_cast<int>(g.Dh), dv = static_cast<int>(g.Dv);
-    acc_q = acc_k = take(query_tile * dh > key_tile * (dh + dv) ? query_tile * dh
-                                                                 : key_tile * (dh + dv));
+    acc_q = acc_k =
+        take(query_tile * dh > key_tile * (dh + dv) ? query_tile * dh : key_tile * (dh + dv));
     acc_v = acc_k + key_tile * dh;
     lse = take(query_tile);
     delta = take(query_tile);
@@ -251,6 +251,28 @@ ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask
   });
 }
 
+// The query tile a forward or dQ block owns: block = (b·H + h)·query_tiles + qt.
+struct QueryTile {
+  index_t b, h, hk, i0;
+  int rows;  // br: the rows inside the sequence (fewer than query_tile in the last tile)
+};
+ATTN_HOST_DEVICE inline QueryTile query_tile_of(const Geometry& g, index_t block) {
+  const index_t qt = block % g.query_tiles(), bh = block / g.query_tiles(), h = bh % g.H;
+  return {bh / g.H, h, h / g.group(), qt * query_tile, min_int(query_tile, g.Tq - qt * query_tile)};
+}
+
+// Loads key tile j0 (bc keys) of key head (b, hk) into k and v (strides ldk, ldv), then, after a
+// barrier, ‖k_j‖² into kk when the score needs it.
+template <ScorePolicy Score, class Block, class Acc, class T>
+ATTN_HOST_DEVICE void load_keys(const Block& blk, const Geometry& g, const T* k_src, const T* v_src,
+                                index_t b, index_t hk, index_t j0, int bc, Acc* k, int ldk, Acc* v,
+                                int ldv, Acc* kk) {
+  load_tile(blk, k, ldk, k_src + g.k_off(b, hk, j0), bc, key_tile, static_cast<int>(g.Dh));
+  load_tile(blk, v, ldv, v_src + g.v_off(b, hk, j0), bc, key_tile, static_cast<int>(g.Dv));
+  blk.sync();
+  key_norms<Score>(blk, k, ldk, static_cast<int>(g.Dh), kk);
+}
+
 // One block of the forward: query tile `block % query_tiles` of head `block / query_tiles`.
 template <ScorePolicy Score, class T, DeviceMaskPolicy Mask, class Block, class Acc>
 ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardArgs<T, Mask>& a,
@@ -260,10 +282,9 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
   const Geometry& g = a.g;
   const ForwardLayout L(g);
   const int Dh = static_cast<int>(g.Dh), Dv = static_cast<int>(g.Dv);
-  const index_t qt = block % g.query_tiles(), bh = block / g.query_tiles();
-  const index_t h = bh % g.H, b = bh / g.H, hk = h / g.group();
-  const index_t i0 = qt * query_tile;
-  const int br = min_int(query_tile, g.Tq - i0);
+  const QueryTile t = query_tile_of(g, block);
+  const index_t b = t.b, h = t.h, i0 = t.i0;
+  const int br = t.rows;
   Acc *q = smem + L.q, *k = smem + L.k, *v = smem + L.v, *s = smem + L.s, *acc = smem + L.acc;
   Acc *row_max = smem + L.row_max, *row_sum = smem + L.row_sum;
   Acc *scale_a = smem + L.scale_a, *scale_b = smem + L.scale_b, *kk = smem + L.kk;
@@ -280,10 +301,7 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
     // The same answer in every thread, so the whole block skips together.
     const TileKind kind = a.mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
     if (kind == TileKind::none) continue;
-    load_tile(blk, k, L.ldq, a.k + g.k_off(b, hk, j0), bc, key_tile, Dh);
-    load_tile(blk, v, L.ldv, a.v + g.v_off(b, hk, j0), bc, key_tile, Dv);
-    blk.sync();
-    key_norms<Score>(blk, k, L.ldq, Dh, kk);
+    load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, k, L.ldq, v, L.ldv, kk);
     score_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, kk, s, L.lds);
     blk.sync();
     // Per row: the tile's state (P = e^{S − m_J} written over S) merged into the running one.
@@ -346,10 +364,9 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
   const Geometry& g = a.g;
   const BackwardLayout L(g);
   const int Dh = static_cast<int>(g.Dh), Dv = static_cast<int>(g.Dv);
-  const index_t qt = block % g.query_tiles(), bh = block / g.query_tiles();
-  const index_t h = bh % g.H, b = bh / g.H, hk = h / g.group();
-  const index_t i0 = qt * query_tile;
-  const int br = min_int(query_tile, g.Tq - i0);
+  const QueryTile t = query_tile_of(g, block);
+  const index_t b = t.b, h = t.h, i0 = t.i0;
+  const int br = t.rows;
   Acc *dout = smem + L.dout, *acc = smem + L.acc_q, *lse = smem + L.lse, *delta = smem + L.delta;
 
   load_tile(blk, smem + L.q, L.ldq, a.q + g.q_off(b, h, i0), br, query_tile, Dh);
@@ -371,10 +388,8 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
     const int bc = min_int(key_tile, g.Tk - j0);
     const TileKind kind = a.mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
     if (kind == TileKind::none) continue;
-    load_tile(blk, smem + L.k, L.ldq, a.k + g.k_off(b, hk, j0), bc, key_tile, Dh);
-    load_tile(blk, smem + L.v, L.ldv, a.v + g.v_off(b, hk, j0), bc, key_tile, Dv);
-    blk.sync();
-    key_norms<Score>(blk, smem + L.k, L.ldq, Dh, smem + L.kk);
+    load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, smem + L.k, L.ldq, smem + L.v, L.ldv,
+                     smem + L.kk);
     gradient_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, L, smem);
     // dQ += dS K   (alpha is applied once at the end)
     tile_product(blk, query_tile, Dh, key_tile, smem + L.dp, L.lds, 1, smem + L.k, L.ldq, 1,
@@ -403,13 +418,10 @@ ATTN_HOST_DEVICE void backward_dkv_block(const Block& blk, Acc* smem,
   Acc *k = smem + L.k, *acc_k = smem + L.acc_k, *acc_v = smem + L.acc_v;
   Acc *lse = smem + L.lse, *delta = smem + L.delta, *colsum = smem + L.colsum;
 
-  load_tile(blk, k, L.ldq, a.k + g.k_off(b, hk, j0), bc, key_tile, Dh);
-  load_tile(blk, smem + L.v, L.ldv, a.v + g.v_off(b, hk, j0), bc, key_tile, Dv);
   for (int e = blk.thread(); e < key_tile * Dh; e += blk.size()) acc_k[e] = 0;
   for (int e = blk.thread(); e < key_tile * Dv; e += blk.size()) acc_v[e] = 0;
   for (int j = blk.thread(); j < key_tile; j += blk.size()) colsum[j] = 0;
-  blk.sync();
-  key_norms<Score>(blk, k, L.ldq, Dh, smem + L.kk);
+  load_keys<Score>(blk, g, a.k, a.v, b, hk, j0, bc, k, L.ldq, smem + L.v, L.ldv, smem + L.kk);
   for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
     for (index_t i0 = 0; i0 < g.Tq; i0 += query_tile) {
       const int br = min_int(query_tile, g.Tq - i0);

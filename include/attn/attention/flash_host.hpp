@@ -20,17 +20,11 @@ namespace attn {
 
 namespace flash {
 
-// A block of one thread: every strided loop of a block program runs all of its items in order.
-// (ATTN_HOST_DEVICE only so that nvcc accepts the block programs instantiated with it; it is
-// never used on a GPU.)
-struct SerialBlock {
-  ATTN_HOST_DEVICE int thread() const { return 0; }
-  ATTN_HOST_DEVICE int size() const { return 1; }
-  ATTN_HOST_DEVICE void sync() const {}
-};
-
-// Thread `id` of `count` host threads standing in for a block's threads; sync() is __syncthreads.
-struct ThreadedBlock {
+// Thread `id` of `count` host threads standing in for a block's threads: sync() is
+// __syncthreads, a std::barrier. With count = 1 every strided loop of a block program runs all of
+// its items in order on the calling thread. (ATTN_HOST_DEVICE only so that nvcc accepts the block
+// programs instantiated with it; it never runs on a GPU.)
+struct HostBlock {
   int id = 0, count = 1;
   std::barrier<>* barrier = nullptr;
   ATTN_HOST_DEVICE int thread() const { return id; }
@@ -51,16 +45,14 @@ void run_grid_on_host(index_t blocks, int smem_size, int threads, Program&& prog
   std::vector<Acc> smem(static_cast<std::size_t>(smem_size));
   for (index_t block = 0; block < blocks; ++block) {
     std::fill(smem.begin(), smem.end(), std::numeric_limits<Acc>::quiet_NaN());
+    std::barrier<> barrier(threads);
     if (threads == 1) {
-      program(SerialBlock{}, smem.data(), block);
+      program(HostBlock{0, 1, &barrier}, smem.data(), block);
       continue;
     }
-    std::barrier<> barrier(threads);
     std::vector<std::jthread> pool;
     for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        program(ThreadedBlock{t, threads, &barrier}, smem.data(), block);
-      });
+      pool.emplace_back([&, t] { program(HostBlock{t, threads, &barrier}, smem.data(), block); });
   }  // the jthreads join at the end of each block
 }
 
@@ -127,7 +119,7 @@ FlashForwardResult<A> emulate_flash_forward(const Tensor<A>& q, const Tensor<A>&
       qs.data(), ks.data(), vs.data(), o.data(), r.lse.data(), g, static_cast<A>(score.alpha(g.Dh)),
       mask};
   flash::run_grid_on_host<A>(g.forward_blocks(), flash::forward_smem_size(g), threads,
-                             [&](const auto& blk, A* smem, index_t block) {
+                             [&](const flash::HostBlock& blk, A* smem, index_t block) {
                                flash::forward_block<Score>(blk, smem, args, block);
                              });
   r.out = convert_elements<A>(o, Shape{g.B, g.H, g.Tq, g.Dv});
@@ -161,11 +153,11 @@ FlashGradients<A> emulate_flash_backward(const Tensor<A>& q, const Tensor<A>& k,
       mask};
   const int smem = flash::backward_smem_size(g);
   flash::run_grid_on_host<A>(g.forward_blocks(), smem, threads,
-                             [&](const auto& blk, A* s, index_t block) {
+                             [&](const flash::HostBlock& blk, A* s, index_t block) {
                                flash::backward_dq_block<Score>(blk, s, args, block);
                              });
   flash::run_grid_on_host<A>(g.key_blocks(), smem, threads,
-                             [&](const auto& blk, A* s, index_t block) {
+                             [&](const flash::HostBlock& blk, A* s, index_t block) {
                                flash::backward_dkv_block<Score>(blk, s, args, block);
                              });
   return {convert_elements<A>(dq, q.shape()), convert_elements<A>(dk, k.shape()),
