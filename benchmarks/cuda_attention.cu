@@ -13,6 +13,7 @@
 // the fused kernels use CUDA cores only. Exits 77 with a message when there is no GPU.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <attn/cuda/blas.cuh>
 #include <attn/cuda/flash_attention.cuh>
 #include <attn/cuda/timing.cuh>
 #include <cmath>
@@ -23,6 +24,7 @@
 namespace {
 
 using attn::index_t;
+using attn::Shape;
 using attn::Tensor;
 namespace cuda = attn::cuda;
 
@@ -78,21 +80,24 @@ struct Unfused {
     const int bh = static_cast<int>(q.shape()[0] * q.shape()[1]),
               n = static_cast<int>(q.shape()[2]), d = static_cast<int>(q.shape()[3]);
     const float alpha = 1.0f / std::sqrt(static_cast<float>(d)), one = 1.0f, zero = 0.0f;
-    // Row-major S [n, n] = alpha Q Kᵀ is column-major Sᵀ = alpha K Qᵀ: cuBLAS gets (K, T) then
-    // (Q, N) (see cuda::gemm_row_major).
+    // S [n, n] = alpha Q Kᵀ and O [n, d] = P V, row-major, per batch entry (see
+    // cuda::column_major_gemm).
+    const cuda::ColumnMajorGemm qk = cuda::column_major_gemm(false, true, n, n, d);
     ATTN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, n, d, &alpha, k.data(), cuda_type<T>(), d,
-        static_cast<long long>(n) * d, q.data(), cuda_type<T>(), d, static_cast<long long>(n) * d,
-        &zero, s.data(), CUDA_R_32F, n, static_cast<long long>(n) * n, bh, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+        blas.get(), qk.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+        qk.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, qk.m, qk.n, qk.k, &alpha, k.data(),
+        cuda_type<T>(), qk.ld_first, static_cast<long long>(n) * d, q.data(), cuda_type<T>(),
+        qk.ld_second, static_cast<long long>(n) * d, &zero, s.data(), CUDA_R_32F, qk.ldc,
+        static_cast<long long>(n) * n, bh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     softmax_rows<T><<<static_cast<unsigned>(bh * n), 256>>>(s.data(), p.data(), n, causal);
     ATTN_CUDA_CHECK(cudaGetLastError());
-    // Row-major O [n, d] = P V is column-major Oᵀ = Vᵀ Pᵀ.
+    const cuda::ColumnMajorGemm pv = cuda::column_major_gemm(false, false, n, d, n);
     ATTN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-        blas.get(), CUBLAS_OP_N, CUBLAS_OP_N, d, n, n, &one, v.data(), cuda_type<T>(), d,
-        static_cast<long long>(n) * d, p.data(), cuda_type<T>(), n, static_cast<long long>(n) * n,
-        &zero, o.data(), cuda_type<T>(), d, static_cast<long long>(n) * d, bh, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+        blas.get(), pv.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+        pv.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, pv.m, pv.n, pv.k, &one, v.data(),
+        cuda_type<T>(), pv.ld_first, static_cast<long long>(n) * d, p.data(), cuda_type<T>(),
+        pv.ld_second, static_cast<long long>(n) * n, &zero, o.data(), cuda_type<T>(), pv.ldc,
+        static_cast<long long>(n) * d, bh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };
 
@@ -131,8 +136,6 @@ void run(index_t B, index_t H, index_t n, index_t d, int reps, const char* dtype
               causal ? "causal" : "none", (long long)n, fwd, flops / (fwd * 1e9),
               unfused_cell.c_str(), bwd, 2.5 * flops / (bwd * 1e9), err);
 }
-
-using attn::Shape;
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <attn/attention/flash_host.hpp>
+#include <attn/cuda/blas.cuh>
 #include <attn/cuda/flash_attention.cuh>
 #include <attn/cuda/multi_head.cuh>
 #include <cstdio>
@@ -81,6 +82,44 @@ TEST_SUITE("cuda_host") {
       CHECK(L.split_source(L.merge_source(e)) == e);
       CHECK(L.merge_source(L.split_source(e)) == e);
     }
+  }
+
+  TEST_CASE("row-major GEMMs through column-major cuBLAS arguments equal the plain product") {
+    // BLAS's column-major sgemm by its definition: C(i, j) = alpha Σ_l op(X)(i, l) op(Y)(l, j)
+    // + beta C(i, j), with X(i, l) = x[i + l·ldx].
+    auto sgemm = [](bool tx, bool ty, int m, int n, int k, float alpha, const float* x, int ldx,
+                    const float* y, int ldy, float beta, float* c, int ldc) {
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int l = 0; l < k; ++l)
+            sum += double(tx ? x[l + i * ldx] : x[i + l * ldx]) *
+                   double(ty ? y[j + l * ldy] : y[l + j * ldy]);
+          c[i + j * ldc] = float(alpha * sum + beta * c[i + j * ldc]);
+        }
+    };
+    attn::Rng rng(27);
+    const int M = 5, N = 7, K = 3;
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        // A stored [M, K] or [K, M]; B stored [K, N] or [N, K]; all row-major.
+        const auto a = Tensor<float>::randn(ta ? Shape{K, M} : Shape{M, K}, rng);
+        const auto b = Tensor<float>::randn(tb ? Shape{N, K} : Shape{K, N}, rng);
+        const auto c0 = Tensor<float>::randn({M, N}, rng);
+        Tensor<float> c = c0;
+        const cuda::ColumnMajorGemm g = cuda::column_major_gemm(ta, tb, M, N, K);
+        sgemm(g.trans_first, g.trans_second, g.m, g.n, g.k, 0.5f, b.data(), g.ld_first, a.data(),
+              g.ld_second, 2.0f, c.data(), g.ldc);
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double want = 0;
+            for (int l = 0; l < K; ++l)
+              want += double(ta ? a(l, i) : a(i, l)) * double(tb ? b(j, l) : b(l, j));
+            CHECK(c(i, j) == doctest::Approx(0.5 * want + 2.0 * c0(i, j)).epsilon(1e-5));
+          }
+      }
   }
 
   TEST_CASE("device_count answers without throwing") {

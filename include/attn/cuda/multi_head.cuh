@@ -10,48 +10,15 @@
 //   y = (attention(x W_qᵀ + b_q, x W_kᵀ + b_k, x W_vᵀ + b_v) merged over heads) W_oᵀ + b_o
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include "../attention/multi_head.hpp"
+#include "blas.cuh"
 #include "flash_attention.cuh"
 
 namespace attn::cuda {
-
-// cuBLAS handle with RAII, bound to the default stream.
-class CublasHandle {
- public:
-  CublasHandle() { ATTN_CUBLAS_CHECK(cublasCreate(&handle_)); }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
-  CublasHandle(CublasHandle&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)) {}
-  CublasHandle& operator=(CublasHandle&& o) noexcept {
-    std::swap(handle_, o.handle_);
-    return *this;
-  }
-  ~CublasHandle() {
-    if (handle_) static_cast<void>(cublasDestroy(handle_));  // cannot throw here (see DeviceBuffer)
-  }
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
-};
-
-// C [M, N] = alpha op(A) op(B) + beta C for row-major matrices, op(A) [M, K], op(B) [K, N]; A is
-// stored [M, K], or [K, M] when trans_a (likewise B). cuBLAS is column-major, and a row-major
-// matrix read column-major is its transpose, so this asks cuBLAS for Cᵀ = op(B)ᵀ op(A)ᵀ: B first,
-// then A, with the same transpose flags and each matrix's row length as its leading dimension.
-inline void gemm_row_major(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K,
-                           float alpha, const float* A, const float* B, float beta, float* C) {
-  if (M == 0 || N == 0) return;
-  const int lda = trans_a ? M : K, ldb = trans_b ? K : N;
-  ATTN_CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
-                                lda, &beta, C, N));
-}
 
 // Index maps between [B, T, n, Dh] (heads side by side in a row, as projections produce them)
 // and [B, n, T, Dh] (one head per block, as the kernels read them): the source element of
