@@ -5,6 +5,12 @@
 //
 //   build/release/benchmarks/bench_train_step --config A --threads 2 --steps 10
 //   build/release/benchmarks/bench_train_step --config B --threads 2 --steps 5
+//   build/release/benchmarks/bench_train_step --config A --threads 1 --gemm compare --steps 4
+//
+// --gemm picks attn::gemm's backend (auto: the library's default; eigen; openblas); compare
+// alternates the two, a few steps each, in one process, and reports both (for A/B figures on a
+// shared machine: load changes affect both alike). Besides wall-clock tokens/s it prints the
+// process CPU seconds per step, which a loaded machine inflates less (at 1 thread).
 #include <sys/resource.h>
 
 #include <attn/attn.hpp>
@@ -12,7 +18,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -30,6 +38,13 @@ using Attn =
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// CPU seconds of the whole process (all threads).
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 // GFLOP/s of attn's GEMM on n x n float matrices with the current thread count.
@@ -51,7 +66,7 @@ double sgemm_gflops(index_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string which = "A";
+  std::string which = "A", gemm = "auto";
   int threads = 2, steps = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--config"))
@@ -60,19 +75,33 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps"))
       steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gemm"))
+      gemm = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--config A|B] [--threads N] [--steps N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--config A|B] [--threads N] [--steps N] "
+                   "[--gemm auto|eigen|openblas|compare]\n",
+                   argv[0]);
       return 2;
     }
   }
   const Config* cfg = nullptr;
   for (const Config& c : configs)
     if (which == c.name) cfg = &c;
-  if (cfg == nullptr || threads < 1 || steps < 1) {
-    std::fprintf(stderr, "bad arguments (config A or B, threads >= 1, steps >= 1)\n");
+  const bool gemm_ok = gemm == "auto" || gemm == "eigen" ||
+                       ((gemm == "openblas" || gemm == "compare") && attn::have_openblas());
+  if (cfg == nullptr || threads < 1 || steps < 1 || !gemm_ok) {
+    std::fprintf(stderr,
+                 "bad arguments (config A or B, threads >= 1, steps >= 1, gemm auto, eigen, or "
+                 "openblas / compare when built with OpenBLAS)\n");
     return 2;
   }
   attn::set_num_threads(threads);
+  // The backends to time, in turn.
+  std::vector<attn::GemmBackend> backends{attn::gemm_backend()};
+  if (gemm == "eigen") backends = {attn::GemmBackend::eigen};
+  if (gemm == "openblas") backends = {attn::GemmBackend::openblas};
+  if (gemm == "compare") backends = {attn::GemmBackend::eigen, attn::GemmBackend::openblas};
 
   attn::nn::GPTConfig c;
   c.vocab_size = cfg->vocab;
@@ -104,11 +133,26 @@ int main(int argc, char** argv) {
     opt.zero_grad();
     loss = l.item();
   };
+  attn::set_gemm_backend(backends.front());
   step();  // warm-up: the tape and the optimizer allocate their buffers here
   step();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) step();
-  const double secs = seconds_since(t0);
+  // Per backend: wall seconds, CPU seconds, steps. With two backends, rounds of two steps each
+  // alternate until every backend has run `steps` steps.
+  std::vector<double> wall(backends.size()), cpu(backends.size());
+  std::vector<int> done(backends.size());
+  const int chunk = backends.size() > 1 ? 2 : steps;
+  for (int round = 0; done.back() < steps; ++round)
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      attn::set_gemm_backend(backends[b]);
+      if (backends.size() > 1) step();  // one untimed step after switching
+      const int n = std::min(chunk, steps - done[b]);
+      const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = cpu_seconds();
+      for (int s = 0; s < n; ++s) step();
+      wall[b] += seconds_since(t0);
+      cpu[b] += cpu_seconds() - c0;
+      done[b] += n;
+    }
   const double tokens = double(cfg->batch * cfg->block) * steps;
 
   // Model FLOPs per token (PaLM appendix B): 6·N for the matmuls with the N non-embedding weights
@@ -121,15 +165,24 @@ int main(int argc, char** argv) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peak_gib = double(ru.ru_maxrss) / (1024.0 * 1024.0);
-  const double model_gflops = flops_per_token * tokens / secs / 1e9;
-  const double gemm = sgemm_gflops(1024);
+  double load[3] = {0, 0, 0};
+  const bool have_load = getloadavg(load, 3) == 3;
   std::printf(
       "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld, batch %lld), "
-      "%d threads, %d steps\n"
-      "  tokens/s %.0f | %.1f ms/step | loss %.4f | peak RSS %.2f GiB\n"
-      "  model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n",
+      "%d threads, %d steps; load average %.2f\n"
+      "  loss %.4f | peak RSS %.2f GiB\n",
       cfg->name, (long long)cfg->vocab, (long long)cfg->layers, (long long)cfg->heads,
       (long long)cfg->embd, (long long)cfg->block, (long long)cfg->batch, threads, steps,
-      tokens / secs, 1e3 * secs / steps, loss, peak_gib, model_gflops, 100 * model_gflops / gemm,
-      gemm);
+      have_load ? load[0] : -1.0, loss, peak_gib);
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    attn::set_gemm_backend(backends[b]);
+    const double model_gflops = flops_per_token * tokens / wall[b] / 1e9;
+    const double sgemm = sgemm_gflops(1024);
+    std::printf(
+        "  GEMM %s:\n"
+        "    tokens/s %.0f | %.1f ms/step | %.1f CPU ms/step\n"
+        "    model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n",
+        attn::gemm_backend_name().c_str(), tokens / wall[b], 1e3 * wall[b] / steps,
+        1e3 * cpu[b] / steps, model_gflops, 100 * model_gflops / sgemm, sgemm);
+  }
 }

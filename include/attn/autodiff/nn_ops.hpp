@@ -245,8 +245,9 @@ auto softmax(const X& x_in) {
   parallel_for(R, double(D) * 8, [&](index_t r) {
     const auto [m, lse] = detail::max_and_log_sum_exp(xv + r * D, D);
     const bool empty = m == -std::numeric_limits<T>::infinity();
-    const T shift = m + lse;
-    for (index_t j = 0; j < D; ++j) yv[r * D + j] = empty ? T{0} : exp_fast(xv[r * D + j] - shift);
+    // (x − m) − lse, not x − (m + lse): m + lse would round at the scale of m (logits of 1e4).
+    for (index_t j = 0; j < D; ++j)
+      yv[r * D + j] = empty ? T{0} : exp_fast(xv[r * D + j] - m - lse);
   });
   tape.set_backward(node, detail::SoftmaxOp{x.index()});
   return y;
