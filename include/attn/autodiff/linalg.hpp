@@ -243,12 +243,21 @@ void swap_axes(const T* src, const Shape& s, int a0, int a1, T* dst, bool accumu
     const index_t i0 = o / dims[1], i1 = o % dims[1];
     T* out = dst + o * dims[2] * dims[3];
     const T* base = src + i0 * in_stride[0] + i1 * in_stride[1];
-    for (index_t i2 = 0; i2 < dims[2]; ++i2)
-      for (index_t i3 = 0; i3 < dims[3]; ++i3) {
-        const T v = base[i2 * in_stride[2] + i3 * in_stride[3]];
-        T& d = out[i2 * dims[3] + i3];
-        d = accumulate ? d + v : v;
+    for (index_t i2 = 0; i2 < dims[2]; ++i2) {
+      const T* in = base + i2 * in_stride[2];
+      T* d = out + i2 * dims[3];
+      if (in_stride[3] == 1) {  // the last axis stays in place (splitting heads): runs of it
+        if (accumulate)
+          for (index_t i3 = 0; i3 < dims[3]; ++i3) d[i3] += in[i3];
+        else
+          std::copy_n(in, dims[3], d);
+      } else {
+        for (index_t i3 = 0; i3 < dims[3]; ++i3) {
+          const T v = in[i3 * in_stride[3]];
+          d[i3] = accumulate ? d[i3] + v : v;
+        }
       }
+    }
   });
 }
 

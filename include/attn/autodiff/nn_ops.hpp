@@ -75,23 +75,29 @@ struct LogSoftmaxOp {
   }
 };
 
+// Σ_{j < n} f(j) in `Lanes` interleaved partial sums of type A, added at the end: a loop the
+// compiler vectorises (a plain running sum it may not reorder). The order depends on n only, so
+// the result does not depend on the thread count.
+template <class A, int Lanes = 16, class F>
+A lane_sum(index_t n, F&& f) {
+  A part[Lanes] = {};
+  index_t j = 0;
+  for (; j + Lanes <= n; j += Lanes)
+    for (int l = 0; l < Lanes; ++l) part[l] += f(j + l);
+  A s = 0;
+  for (; j < n; ++j) s += f(j);
+  for (int l = 0; l < Lanes; ++l) s += part[l];
+  return s;
+}
+
 // Row maximum, and log Σ exp(x − max): the two halves of a stable log-sum-exp. Subtracting the
-// max keeps every exp in (0, 1], so logits of ±1e4 neither overflow nor underflow to 0/0. The
-// sum runs in 16 interleaved partial sums added at the end (a loop the compiler vectorises;
-// the order is fixed by D, so the result does not depend on the thread count).
+// max keeps every exp in (0, 1], so logits of ±1e4 neither overflow nor underflow to 0/0.
 template <class T>
 std::pair<T, T> max_and_log_sum_exp(const T* row, index_t D) {
   T m = -std::numeric_limits<T>::infinity();
   for (index_t j = 0; j < D; ++j) m = std::max(m, row[j]);
   if (m == -std::numeric_limits<T>::infinity()) return {m, T{0}};
-  constexpr index_t lanes = 16;
-  T part[lanes] = {};
-  index_t j = 0;
-  for (; j + lanes <= D; j += lanes)
-    for (index_t l = 0; l < lanes; ++l) part[l] += exp_fast(row[j + l] - m);
-  T s = 0;
-  for (; j < D; ++j) s += exp_fast(row[j] - m);
-  for (index_t l = 0; l < lanes; ++l) s += part[l];
+  const T s = lane_sum<T>(D, [&](index_t j) { return exp_fast(row[j] - m); });
   return {m, std::log(s)};
 }
 
@@ -114,20 +120,18 @@ struct LayerNormOp {
       T* gx = dx.data;
       parallel_for(R, double(D) * 10, [&](index_t r) {
         const T mu = stats[2 * r], rstd = stats[2 * r + 1];
-        T m1 = 0, m2 = 0;
-        for (index_t j = 0; j < D; ++j) {
-          const T xh = (xd[r * D + j] - mu) * rstd;
-          const T dxh = gy[r * D + j] * g[j];
-          m1 += dxh;
-          m2 += dxh * xh;
-        }
-        m1 /= T(D);
-        m2 /= T(D);
-        for (index_t j = 0; j < D; ++j) {
-          const T xh = (xd[r * D + j] - mu) * rstd;
-          const T d = rstd * (gy[r * D + j] * g[j] - m1 - xh * m2);
-          gx[r * D + j] = dx.accumulate ? gx[r * D + j] + d : d;
-        }
+        const T* xr = xd + r * D;
+        const T* gr = gy + r * D;
+        const T m1 = lane_sum<T>(D, [&](index_t j) { return gr[j] * g[j]; }) / T(D);
+        const T m2 =
+            lane_sum<T>(D, [&](index_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); }) / T(D);
+        T* out = gx + r * D;
+        if (dx.accumulate)
+          for (index_t j = 0; j < D; ++j)
+            out[j] += rstd * (gr[j] * g[j] - m1 - (xr[j] - mu) * rstd * m2);
+        else
+          for (index_t j = 0; j < D; ++j)
+            out[j] = rstd * (gr[j] * g[j] - m1 - (xr[j] - mu) * rstd * m2);
       });
     }
     const bool need_g = tape.requires_grad(gamma), need_b = tape.requires_grad(beta);
@@ -304,12 +308,14 @@ auto layer_norm(const X& x_in, const G& gamma_in, const B& beta_in, double eps =
   T* yv = node.value->data();
   parallel_for(R, double(D) * 6, [&](index_t r) {
     const T* xr = xv + r * D;
-    double mu = 0, var = 0;
-    for (index_t j = 0; j < D; ++j) mu += xr[j];
-    mu /= double(D);
-    for (index_t j = 0; j < D; ++j)
-      var += (xr[j] - mu) * (xr[j] - mu);  // two passes: no cancellation
-    var /= double(D);
+    // Mean and biased variance in double, in two passes (no cancellation).
+    const double mu =
+        detail::lane_sum<double, 8>(D, [&](index_t j) { return double(xr[j]); }) / double(D);
+    auto square = [&](index_t j) {
+      const double c = xr[j] - mu;
+      return c * c;
+    };
+    const double var = detail::lane_sum<double, 8>(D, square) / double(D);
     const T rstd = T(1.0 / std::sqrt(var + eps));
     stats[2 * r] = T(mu);
     stats[2 * r + 1] = rstd;
