@@ -6,13 +6,17 @@
 //   build/release/benchmarks/bench_train_step --config A --threads 2 --steps 10
 //   build/release/benchmarks/bench_train_step --config B --threads 2 --steps 5
 //   build/release/benchmarks/bench_train_step --config A --threads 1 --gemm compare --steps 4
+//   build/release/benchmarks/bench_train_step --config A --gemm-shapes
 //
 // --gemm picks attn::gemm's backend (auto: the library's default; eigen; openblas); compare
 // alternates the two, a few steps each, in one process, and reports both (for A/B figures on a
 // shared machine: load changes affect both alike). Besides wall-clock tokens/s it prints the
 // process CPU seconds per step, which a loaded machine inflates less (at 1 thread).
+// --gemm-shapes instead times attn::gemm alone on the configuration's GEMM shapes (one thread,
+// CPU time of the calling thread, backends interleaved) and exits.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <attn/attn.hpp>
 #include <attn/optim/optim.hpp>
 #include <chrono>
@@ -47,6 +51,65 @@ double cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
+// CPU seconds of the calling thread.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// GFLOP/s of attn::gemm per backend, one thread, on the products one training step of `cfg`
+// runs (rows = batch · block): the forward projections and their two backward products.
+void gemm_shapes(const Config& cfg, const std::vector<attn::GemmBackend>& backends) {
+  struct Product {
+    const char* what;
+    index_t m, n, k;
+    bool ta, tb;
+  };
+  const index_t rows = cfg.batch * cfg.block, d = cfg.embd;
+  const Product products[] = {
+      {"x Wᵀ, W [D, D]       ", rows, d, d, false, true},
+      {"x Wᵀ, W [4D, D] (fc) ", rows, 4 * d, d, false, true},
+      {"x Wᵀ, W [D, 4D] (proj)", rows, d, 4 * d, false, true},
+      {"dx = dy W, W [D, D]  ", rows, d, d, false, false},
+      {"dW = dyᵀ x, [D, D]   ", d, d, rows, true, false},
+      {"dW = dyᵀ x, [4D, D]  ", 4 * d, d, rows, true, false},
+      {"n = 1024 square      ", 1024, 1024, 1024, false, false},
+  };
+  attn::set_num_threads(1);
+  attn::Rng rng(3);
+  std::printf(
+      "attn::gemm, 1 thread, GFLOP/s from thread CPU time (median of 5 interleaved rounds)\n");
+  std::printf("%-24s %6s %6s %6s", "product", "M", "N", "K");
+  for (const attn::GemmBackend b : backends)
+    std::printf(" | %-34s", attn::gemm_backend_name(b).c_str());
+  std::printf("\n");
+  for (const Product& p : products) {
+    const auto a = attn::Tensor<float>::randn({p.m * p.k}, rng);
+    const auto b = attn::Tensor<float>::randn({p.k * p.n}, rng);
+    attn::Tensor<float> c({p.m * p.n});
+    std::vector<std::vector<double>> rates(backends.size());
+    for (int round = 0; round < 6; ++round)
+      for (std::size_t i = 0; i < backends.size(); ++i) {
+        attn::set_gemm_backend(backends[i]);
+        int reps = 0;
+        const double t0 = thread_cpu_seconds();
+        do {
+          attn::gemm(a.data(), p.ta, b.data(), p.tb, c.data(), p.m, p.n, p.k);
+          ++reps;
+        } while (thread_cpu_seconds() - t0 < 0.2);
+        const double secs = thread_cpu_seconds() - t0;
+        if (round > 0) rates[i].push_back(2.0 * double(p.m * p.n * p.k) * reps / secs / 1e9);
+      }
+    std::printf("%-24s %6lld %6lld %6lld", p.what, (long long)p.m, (long long)p.n, (long long)p.k);
+    for (auto& r : rates) {
+      std::sort(r.begin(), r.end());
+      std::printf(" | %-34.1f", r[r.size() / 2]);
+    }
+    std::printf("\n");
+  }
+}
+
 // GFLOP/s of attn's GEMM on n x n float matrices with the current thread count.
 double sgemm_gflops(index_t n) {
   attn::Rng rng(1);
@@ -68,6 +131,14 @@ double sgemm_gflops(index_t n) {
 int main(int argc, char** argv) {
   std::string which = "A", gemm = "auto";
   int threads = 2, steps = 10;
+  bool shapes = false;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--gemm-shapes")) {
+      shapes = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--config"))
       which = argv[i + 1];
@@ -80,7 +151,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--config A|B] [--threads N] [--steps N] "
-                   "[--gemm auto|eigen|openblas|compare]\n",
+                   "[--gemm auto|eigen|openblas|compare] [--gemm-shapes]\n",
                    argv[0]);
       return 2;
     }
@@ -102,6 +173,12 @@ int main(int argc, char** argv) {
   if (gemm == "eigen") backends = {attn::GemmBackend::eigen};
   if (gemm == "openblas") backends = {attn::GemmBackend::openblas};
   if (gemm == "compare") backends = {attn::GemmBackend::eigen, attn::GemmBackend::openblas};
+  if (shapes) {
+    if (gemm == "auto" && attn::have_openblas())
+      backends = {attn::GemmBackend::eigen, attn::GemmBackend::openblas};
+    gemm_shapes(*cfg, backends);
+    return 0;
+  }
 
   attn::nn::GPTConfig c;
   c.vocab_size = cfg->vocab;
