@@ -267,11 +267,18 @@ TEST_CASE("the tape frees intermediate gradients during backward and keeps input
   CHECK(x.grad()[1] == doctest::Approx(12.0));
   const std::string msg = attn::test::message_of([&] { (void)y.grad(); });
   CHECK(msg.find("set_retain_grads") != std::string::npos);
-  // With retain_grads the intermediate keeps its gradient: d loss / dy = 3.
+  // With retain_grads the intermediate keeps its gradient: d loss / dy = 3, also through a
+  // reshape (which otherwise hands its gradient buffer on to its input).
   tape.set_retain_grads(true);
   tape.backward(loss);
   CHECK(y.grad()[0] == doctest::Approx(3.0));
   CHECK(x.grad()[1] == doctest::Approx(12.0));
+  const auto r = attn::reshape(y, {1, 2});
+  const auto loss2 = attn::sum(r * 2.0);
+  tape.backward(loss2);
+  CHECK(r.grad()[1] == doctest::Approx(2.0));
+  CHECK(y.grad()[1] == doctest::Approx(2.0));
+  CHECK(x.grad()[1] == doctest::Approx(8.0));  // 2 · 2x
 }
 
 TEST_CASE("a first gradient contribution overwrites a reused buffer, later ones add") {

@@ -287,10 +287,10 @@ class Tape {
   // Gives node `to` the gradient buffer of node `from` (whose backward is running) as its first
   // contribution, without copying: for operations whose gradient passes through unchanged in the
   // same element order (reshape). False, and nothing done, when `to` already has a gradient, is
-  // a Parameter, or `from` does not own its buffer.
+  // a Parameter, `from` does not own its buffer, or gradients are retained (`from` keeps its own).
   bool pass_grad(Node<T>& from, std::int32_t to) {
     Node<T>& n = *nodes_[static_cast<std::size_t>(to)];
-    if (n.grad_live || n.external || from.external || !from.grad_live ||
+    if (retain_grads_ || n.grad_live || n.external || from.external || !from.grad_live ||
         from.own_grad.numel() != n.value->numel())
       return false;
     n.own_grad = std::move(from.own_grad);  // leaves `from` an empty tensor
