@@ -324,6 +324,7 @@ inline ScalingRow scaling(index_t d, index_t n, int trials, attn::Rng& rng) {
   ScalingRow row{d, 0, 0, 0, 0, 0, 0, 0, 0};
   double sum = 0, sum2 = 0;
   attn::Tape<double> tape;
+  tape.set_retain_grads(true);  // the gradient at the scores s, an intermediate, is read below
   for (int t = 0; t < trials; ++t) {
     const auto q0 = attn::Tensor<double>::randn({1, d}, rng);
     const auto k0 = attn::Tensor<double>::randn({n, d}, rng);
