@@ -66,7 +66,8 @@ std::array<attn::Tensor<float>, 3> inputs(attn::index_t T) {
 
 template <class Mask>
 void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
-  const auto [q, k, v] = inputs(T);
+  const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
+  const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
   auto time = [&](attn::AttentionPath path, bool backward) {
     attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, Mask> op;
@@ -94,7 +95,8 @@ void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
 // Forward + backward of the fused path under each of the four forced backward plans.
 template <class Mask>
 void run_plans(attn::index_t T, int reps, const char* mask_name) {
-  const auto [q, k, v] = inputs(T);
+  const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
+  const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
   const std::array<attn::AttentionBackward, 4> plans = {{
       {attn::BackwardWeights::saved, attn::BackwardPasses::single},
@@ -133,7 +135,8 @@ double peak_rss_mib() {
 }
 
 int memory(attn::index_t T) {
-  const auto [q, k, v] = inputs(T);
+  const auto in = inputs(T);
+  const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
   auto qv = tape.leaf(q), kv = tape.leaf(k), vv = tape.leaf(v);
   const double mib = 1.0 / (1024.0 * 1024.0), base = peak_rss_mib();
