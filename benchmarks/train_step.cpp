@@ -5,14 +5,26 @@
 //
 //   build/release/benchmarks/bench_train_step --config A --threads 2 --steps 10
 //   build/release/benchmarks/bench_train_step --config B --threads 2 --steps 5
+//   build/release/benchmarks/bench_train_step --config A --threads 1 --gemm compare --steps 4
+//   build/release/benchmarks/bench_train_step --config A --gemm-shapes
+//
+// --gemm picks attn::gemm's backend (auto: the library's default; eigen; openblas); compare
+// alternates the two, a few steps each, in one process, and reports both (for A/B figures on a
+// shared machine: load changes affect both alike). Besides wall-clock tokens/s it prints the
+// process CPU seconds per step, which a loaded machine inflates less (at 1 thread).
+// --gemm-shapes instead times attn::gemm alone on the configuration's GEMM shapes (one thread,
+// CPU time of the calling thread, backends interleaved) and exits.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <attn/attn.hpp>
 #include <attn/optim/optim.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -30,6 +42,72 @@ using Attn =
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// CPU seconds of the whole process (all threads).
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// CPU seconds of the calling thread.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// GFLOP/s of attn::gemm per backend, one thread, on the products one training step of `cfg`
+// runs (rows = batch · block): the forward projections and their two backward products.
+void gemm_shapes(const Config& cfg, const std::vector<attn::GemmBackend>& backends) {
+  struct Product {
+    const char* what;
+    index_t m, n, k;
+    bool ta, tb;
+  };
+  const index_t rows = cfg.batch * cfg.block, d = cfg.embd;
+  const Product products[] = {
+      {"x Wᵀ, W [D, D]       ", rows, d, d, false, true},
+      {"x Wᵀ, W [4D, D] (fc) ", rows, 4 * d, d, false, true},
+      {"x Wᵀ, W [D, 4D] (proj)", rows, d, 4 * d, false, true},
+      {"dx = dy W, W [D, D]  ", rows, d, d, false, false},
+      {"dW = dyᵀ x, [D, D]   ", d, d, rows, true, false},
+      {"dW = dyᵀ x, [4D, D]  ", 4 * d, d, rows, true, false},
+      {"n = 1024 square      ", 1024, 1024, 1024, false, false},
+  };
+  attn::set_num_threads(1);
+  attn::Rng rng(3);
+  std::printf(
+      "attn::gemm, 1 thread, GFLOP/s from thread CPU time (median of 5 interleaved rounds)\n");
+  std::printf("%-24s %6s %6s %6s", "product", "M", "N", "K");
+  for (const attn::GemmBackend b : backends)
+    std::printf(" | %-34s", attn::gemm_backend_name(b).c_str());
+  std::printf("\n");
+  for (const Product& p : products) {
+    const auto a = attn::Tensor<float>::randn({p.m * p.k}, rng);
+    const auto b = attn::Tensor<float>::randn({p.k * p.n}, rng);
+    attn::Tensor<float> c({p.m * p.n});
+    std::vector<std::vector<double>> rates(backends.size());
+    for (int round = 0; round < 6; ++round)
+      for (std::size_t i = 0; i < backends.size(); ++i) {
+        attn::set_gemm_backend(backends[i]);
+        int reps = 0;
+        const double t0 = thread_cpu_seconds();
+        do {
+          attn::gemm(a.data(), p.ta, b.data(), p.tb, c.data(), p.m, p.n, p.k);
+          ++reps;
+        } while (thread_cpu_seconds() - t0 < 0.2);
+        const double secs = thread_cpu_seconds() - t0;
+        if (round > 0) rates[i].push_back(2.0 * double(p.m * p.n * p.k) * reps / secs / 1e9);
+      }
+    std::printf("%-24s %6lld %6lld %6lld", p.what, (long long)p.m, (long long)p.n, (long long)p.k);
+    for (auto& r : rates) {
+      std::sort(r.begin(), r.end());
+      std::printf(" | %-34.1f", r[r.size() / 2]);
+    }
+    std::printf("\n");
+  }
 }
 
 // GFLOP/s of attn's GEMM on n x n float matrices with the current thread count.
@@ -51,8 +129,16 @@ double sgemm_gflops(index_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string which = "A";
+  std::string which = "A", gemm = "auto";
   int threads = 2, steps = 10;
+  bool shapes = false;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--gemm-shapes")) {
+      shapes = true;
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--config"))
       which = argv[i + 1];
@@ -60,19 +146,39 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps"))
       steps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gemm"))
+      gemm = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--config A|B] [--threads N] [--steps N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--config A|B] [--threads N] [--steps N] "
+                   "[--gemm auto|eigen|openblas|compare] [--gemm-shapes]\n",
+                   argv[0]);
       return 2;
     }
   }
   const Config* cfg = nullptr;
   for (const Config& c : configs)
     if (which == c.name) cfg = &c;
-  if (cfg == nullptr || threads < 1 || steps < 1) {
-    std::fprintf(stderr, "bad arguments (config A or B, threads >= 1, steps >= 1)\n");
+  const bool gemm_ok = gemm == "auto" || gemm == "eigen" ||
+                       ((gemm == "openblas" || gemm == "compare") && attn::have_openblas());
+  if (cfg == nullptr || threads < 1 || steps < 1 || !gemm_ok) {
+    std::fprintf(stderr,
+                 "bad arguments (config A or B, threads >= 1, steps >= 1, gemm auto, eigen, or "
+                 "openblas / compare when built with OpenBLAS)\n");
     return 2;
   }
   attn::set_num_threads(threads);
+  // The backends to time, in turn.
+  std::vector<attn::GemmBackend> backends{attn::gemm_backend()};
+  if (gemm == "eigen") backends = {attn::GemmBackend::eigen};
+  if (gemm == "openblas") backends = {attn::GemmBackend::openblas};
+  if (gemm == "compare") backends = {attn::GemmBackend::eigen, attn::GemmBackend::openblas};
+  if (shapes) {
+    if (gemm == "auto" && attn::have_openblas())
+      backends = {attn::GemmBackend::eigen, attn::GemmBackend::openblas};
+    gemm_shapes(*cfg, backends);
+    return 0;
+  }
 
   attn::nn::GPTConfig c;
   c.vocab_size = cfg->vocab;
@@ -104,11 +210,26 @@ int main(int argc, char** argv) {
     opt.zero_grad();
     loss = l.item();
   };
+  attn::set_gemm_backend(backends.front());
   step();  // warm-up: the tape and the optimizer allocate their buffers here
   step();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) step();
-  const double secs = seconds_since(t0);
+  // Per backend: wall seconds, CPU seconds, steps. With two backends, rounds of two steps each
+  // alternate until every backend has run `steps` steps.
+  std::vector<double> wall(backends.size()), cpu(backends.size());
+  std::vector<int> done(backends.size());
+  const int chunk = backends.size() > 1 ? 2 : steps;
+  for (int round = 0; done.back() < steps; ++round)
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      attn::set_gemm_backend(backends[b]);
+      if (backends.size() > 1) step();  // one untimed step after switching
+      const int n = std::min(chunk, steps - done[b]);
+      const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = cpu_seconds();
+      for (int s = 0; s < n; ++s) step();
+      wall[b] += seconds_since(t0);
+      cpu[b] += cpu_seconds() - c0;
+      done[b] += n;
+    }
   const double tokens = double(cfg->batch * cfg->block) * steps;
 
   // Model FLOPs per token (PaLM appendix B): 6·N for the matmuls with the N non-embedding weights
@@ -121,15 +242,24 @@ int main(int argc, char** argv) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peak_gib = double(ru.ru_maxrss) / (1024.0 * 1024.0);
-  const double model_gflops = flops_per_token * tokens / secs / 1e9;
-  const double gemm = sgemm_gflops(1024);
+  double load[3] = {0, 0, 0};
+  const bool have_load = getloadavg(load, 3) == 3;
   std::printf(
       "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld, batch %lld), "
-      "%d threads, %d steps\n"
-      "  tokens/s %.0f | %.1f ms/step | loss %.4f | peak RSS %.2f GiB\n"
-      "  model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n",
+      "%d threads, %d steps; load average %.2f\n"
+      "  loss %.4f | peak RSS %.2f GiB\n",
       cfg->name, (long long)cfg->vocab, (long long)cfg->layers, (long long)cfg->heads,
       (long long)cfg->embd, (long long)cfg->block, (long long)cfg->batch, threads, steps,
-      tokens / secs, 1e3 * secs / steps, loss, peak_gib, model_gflops, 100 * model_gflops / gemm,
-      gemm);
+      have_load ? load[0] : -1.0, loss, peak_gib);
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    attn::set_gemm_backend(backends[b]);
+    const double model_gflops = flops_per_token * tokens / wall[b] / 1e9;
+    const double sgemm = sgemm_gflops(1024);
+    std::printf(
+        "  GEMM %s:\n"
+        "    tokens/s %.0f | %.1f ms/step | %.1f CPU ms/step\n"
+        "    model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n",
+        attn::gemm_backend_name().c_str(), tokens / wall[b], 1e3 * wall[b] / steps,
+        1e3 * cpu[b] / steps, model_gflops, 100 * model_gflops / sgemm, sgemm);
+  }
 }

@@ -2,7 +2,6 @@
 // warmup + cosine schedule, logs and plots the losses, saves a resumable safetensors checkpoint,
 // and samples from it; `char_gpt sample` samples from a saved checkpoint.
 // Does not tokenize beyond characters nor train on more than one machine.
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
 #include <attn/io/checkpoint.hpp>
@@ -18,7 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "../common/attention_variants.hpp"
+#include "../common/char_checkpoint.hpp"
 #include "../common/plot.hpp"
+#include "../common/training.hpp"
 
 namespace {
 
@@ -29,36 +31,13 @@ namespace nn = attn::nn;
 namespace io = attn::io;
 namespace optim = attn::optim;
 
-// ---- the attention variants: --attention name -> a policy combination ----------------------
-
-template <class Score, class Kernel, class Projection>
-using Mha = attn::MultiHeadAttention<Score, Kernel, attn::mask::Causal, attn::Heads<attn::dynamic>,
-                                     Projection, float>;
-using Standard = Mha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Separate>;
-using Symmetric = Mha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Tied>;
-using Euclidean =
-    Mha<attn::score::NegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;
-using Linear = Mha<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::projection::Separate>;
-using Synthesizer =
-    attn::SynthesizerAttention<attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
-
-const std::map<std::string, std::string> attention_help{
-    {"standard", "scaled dot product, softmax, separate W_Q and W_K"},
-    {"symmetric", "tied W_Q = W_K (symmetric scores), softmax"},
-    {"euclidean", "negative squared Euclidean distance -|q-k|^2, softmax"},
-    {"linear", "elu(x)+1 feature maps, O(T) causal linear attention"},
-    {"synthesizer", "dense synthesizer: scores ReLU(x A + b1) B + b2 from each token alone"},
-};
-
-template <class F>
-int with_attention(const std::string& name, F&& f) {
-  if (name == "standard") return f.template operator()<Standard>();
-  if (name == "symmetric") return f.template operator()<Symmetric>();
-  if (name == "euclidean") return f.template operator()<Euclidean>();
-  if (name == "linear") return f.template operator()<Linear>();
-  if (name == "synthesizer") return f.template operator()<Synthesizer>();
-  throw attn::value_error("char_gpt: unknown attention '" + name + "'");
-}
+using examples::exact;
+using examples::format_duration;
+using examples::open_checkpoint;
+using examples::read_text;
+using examples::seconds_since;
+using examples::step_seed;
+using examples::with_attention;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -94,44 +73,16 @@ struct SampleOptions {
   int threads = 2;
 };
 
-std::string read_text(const std::string& path) {
-  const std::vector<std::byte> bytes = io::read_file(path);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 nn::PositionEncoding parse_positions(const std::string& s) {
   if (s == "learned") return nn::PositionEncoding::learned;
   if (s == "sinusoidal") return nn::PositionEncoding::sinusoidal;
   return nn::PositionEncoding::none;
 }
 
-// A seed for step `step` of stream `stream` of a run: batches and dropout of a step depend only
-// on (seed, step), so a resumed run replays exactly what the uninterrupted one would have done.
-std::uint64_t step_seed(std::uint64_t seed, std::uint64_t stream, std::int64_t step) {
-  attn::Rng r(seed ^ (stream * 0x9E3779B97F4A7C15ull) ^ (std::uint64_t(step) << 20));
-  return r.split();
-}
-
-std::string format_duration(double seconds) {
-  const long s = std::lround(std::max(0.0, seconds));
-  char buf[32];
-  if (s >= 3600)
-    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-  return buf;
-}
-
 // ---- checkpoints -----------------------------------------------------------------------------
 
 // The settings that define a run's trajectory, saved with every checkpoint so that --resume
 // continues the same run whatever options it is given (only --stop-at and --threads apply).
-std::string exact(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_done) {
   auto& m = file.metadata;
   m["train.step"] = std::to_string(steps_done);
@@ -187,21 +138,13 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
   io::save_safetensors(path, file);
 }
 
-io::Safetensors open_checkpoint(const std::string& path) {
-  io::Safetensors file = io::load_safetensors(path);
-  const auto it = file.metadata.find("format");
-  ATTN_CHECK(it != file.metadata.end() && it->second == "attn.char_gpt.v1", attn::io_error, path,
-             ": not a char_gpt checkpoint (metadata 'format' is missing or not attn.char_gpt.v1)");
-  return file;
-}
-
 // ---- training --------------------------------------------------------------------------------
 
 template <class Attn>
 int train(const TrainOptions& options) {
   using Model = nn::GPT<Attn>;
   TrainOptions o = options;
-  const bool tty = isatty(fileno(stderr)) != 0;
+  examples::ProgressLine progress;
   attn::set_num_threads(o.threads);
 
   io::Safetensors resumed;
@@ -241,14 +184,9 @@ int train(const TrainOptions& options) {
                               o.attention);
     if (!resuming) config.dropout = o.dropout;  // a new run from old weights picks its own
   } else {
-    config.vocab_size = tok.size();
-    config.block_size = o.block;
-    config.layers = o.layers;
-    config.heads = o.heads;
-    config.d_model = o.embd;
-    config.dropout = o.dropout;
+    config =
+        examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
     config.positions = parse_positions(o.positions);
-    config.seed = o.seed;
   }
   const index_t block = config.block_size;
   Model model(config);
@@ -307,25 +245,15 @@ int train(const TrainOptions& options) {
   std::int64_t window = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto t_window = t0;
-  const auto seconds_since = [](auto t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
   double tokens_per_s = 0;
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
   for (std::int64_t step = start; step < end; ++step) {
     attn::Rng rng(step_seed(o.seed, 1, step));
     batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
-    model.reseed(rng.split());
-    tape.clear();
-    const attn::Var<float> loss_var = model.loss(tape, x, y);
-    tape.backward(loss_var);
-    const double loss = loss_var.item();  // read now: evaluate() below clears the tape
-    grad_norm = optim::clip_grad_norm(params, o.grad_clip);
-    opt.set_lr(schedule(step));
-    opt.step();
-    opt.zero_grad();
-    ATTN_CHECK(std::isfinite(loss), attn::value_error, "char_gpt: the loss at step ", step, " is ",
-               loss, "; lower --lr");
+    const examples::StepResult r = examples::train_step(model, tape, opt, params, x, y, -100,
+                                                        schedule(step), o.grad_clip, rng.split());
+    const double loss = r.loss;
+    grad_norm = r.grad_norm;
     window_loss += loss;
     ++window;
 
@@ -346,17 +274,14 @@ int train(const TrainOptions& options) {
       save_checkpoint(out / "checkpoint.safetensors", model, &opt, tok, o, step + 1);
       t_window = std::chrono::steady_clock::now();
     }
-    if (tty || eval) {
-      const int width = 24, filled = int(double(width) * double(step + 1) / double(o.steps));
-      std::fprintf(stderr, "%s[%s%s] step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s | ETA %s%s",
-                   tty ? "\r" : "", std::string(std::size_t(filled), '#').c_str(),
-                   std::string(std::size_t(width - filled), '.').c_str(), (long long)(step + 1),
-                   (long long)o.steps, loss, val, tokens_per_s,
-                   format_duration(left * elapsed / done).c_str(), tty ? "   " : "\n");
-      std::fflush(stderr);
+    if (progress.tty() || eval) {
+      char text[160];
+      std::snprintf(text, sizeof text, "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s",
+                    (long long)(step + 1), (long long)o.steps, loss, val, tokens_per_s);
+      progress.show(double(step + 1) / double(o.steps), text, left * elapsed / done, eval);
     }
   }
-  if (tty) std::fprintf(stderr, "\n");
+  progress.finish();
 
   std::printf("training: %.1f s, %.0f tokens/s, final val loss %.4f\n", seconds_since(t0),
               tokens_per_s, val);
@@ -414,12 +339,13 @@ int main(int argc, char** argv) {
   CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
   TrainOptions t;
   std::string choices;
-  for (const auto& [name, help] : attention_help) choices += "\n  " + name + ": " + help;
+  for (const auto& [name, help] : examples::attention_help())
+    choices += "\n  " + name + ": " + help;
   app.add_option("--data", t.data, "training text (UTF-8)")->check(CLI::ExistingFile);
   app.add_option("--vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
       ->check(CLI::ExistingFile);
   app.add_option("--attention", t.attention, "attention variant:" + choices)
-      ->check(CLI::IsMember({"standard", "symmetric", "euclidean", "linear", "synthesizer"}));
+      ->check(CLI::IsMember(examples::attention_names()));
   app.add_option("--positions", t.positions, "position encoding")
       ->check(CLI::IsMember({"learned", "sinusoidal", "none"}));
   app.add_option("--layers", t.layers, "transformer blocks")->check(CLI::Range(1, 64));
@@ -481,7 +407,7 @@ int main(int argc, char** argv) {
   sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
 
   CLI11_PARSE(app, argc, argv);
-  try {
+  return examples::exit_status_of([&] {
     if (*sample_cmd) {
       const io::Safetensors file = open_checkpoint(s.checkpoint);
       return with_attention(io::metadata_string(file, "attention", s.checkpoint),
@@ -489,11 +415,5 @@ int main(int argc, char** argv) {
     }
     if (t.eval_every > t.steps) t.eval_every = t.steps;
     return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t); });
-  } catch (const attn::error& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -13,6 +13,7 @@
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
 #include "data/data.hpp"
+#include "data/question_answer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/io.hpp"
 #include "nn/nn.hpp"

@@ -44,6 +44,9 @@ namespace {
 
 constexpr double ninf = -std::numeric_limits<double>::infinity();
 
+using attn::test::check_decode;
+using attn::test::check_gradients;
+
 // ---- plain-loop references ------------------------------------------------------------------
 
 // p.weight · row + p.bias for one input row (PyTorch's Linear), by loops.
@@ -193,54 +196,6 @@ void check_reference(Module& mod, const Tensor<double>& x, const Tensor<double>&
       reference(x, m, mod.heads(), mask, score, mod.v_proj, mod.out_proj, ref_weights);
   CHECK(attn::max_abs_diff(got, want) < 1e-10);
   CHECK(attn::max_abs_diff(weights, ref_weights) < 1e-10);
-}
-
-// sum(module(x) ⊙ r): every output element reaches the loss.
-template <class Module, class Call>
-void check_gradients(Module& mod, const Tensor<double>& x, Call&& call, index_t stride = 1) {
-  attn::Rng rng(77);
-  const Shape out{x.shape()[0], x.shape()[1], mod.d_model()};
-  const Tensor<double> r = Tensor<double>::randn(out, rng);
-  attn::test::check_module_gradients(
-      mod, [&](Tape<double>& tape) { return attn::sum(call(tape.leaf(x)) * tape.leaf(r)); },
-      stride);
-  // The input's gradient too.
-  const attn::GradientCheck gc = attn::check_gradient(
-      [&](const std::vector<Var<double>>& v) {
-        return attn::sum(call(v[0]) * v[0].tape().leaf(r));
-      },
-      {x});
-  INFO(gc.report());
-  CHECK(gc.ok);
-}
-
-// Decodes x [B, T, D] in chunks of 3, 1 and 2 positions; every chunk's output must equal the
-// matching rows of the full forward pass.
-template <class Module>
-void check_decode(Module& mod, const Tensor<double>& x) {
-  mod.training = false;
-  const index_t B = x.shape()[0], T = x.shape()[1], D = x.shape()[2];
-  REQUIRE(T == 6);
-  Tape<double> tape;
-  attn::NoGrad<double> ng(tape);
-  const Tensor<double> full = mod(tape.leaf(x)).value();
-  attn::KVCache<double> cache;
-  index_t done = 0;
-  double worst = 0;
-  for (const index_t chunk : {3, 1, 2}) {
-    Tensor<double> part(Shape{B, chunk, D});
-    for (index_t b = 0; b < B; ++b)
-      for (index_t i = 0; i < chunk; ++i)
-        for (index_t d = 0; d < D; ++d) part(b, i, d) = x(b, done + i, d);
-    const Tensor<double> got = mod.decode(tape.leaf(part), cache).value();
-    for (index_t b = 0; b < B; ++b)
-      for (index_t i = 0; i < chunk; ++i)
-        for (index_t d = 0; d < D; ++d)
-          worst = std::max(worst, std::abs(got(b, i, d) - full(b, done + i, d)));
-    done += chunk;
-    CHECK(cache.length() == done);
-  }
-  CHECK(worst < 1e-12);
 }
 
 }  // namespace

@@ -177,6 +177,43 @@ TEST_CASE("gradients: transpose, reshape, slice, concat") {
       {randn({a, b, c}), randn({a, d, c})});
 }
 
+TEST_CASE("gradients: linear (x Wᵀ + b in one node), with and without bias, rank 2 to 4") {
+  for (int trial = 0; trial < 2; ++trial) {
+    const attn::index_t in = dim(), out = dim();
+    for (const Shape& xs :
+         {Shape{dim(), in}, Shape{dim(1, 3), dim(), in}, Shape{dim(1, 2), dim(1, 3), dim(), in}}) {
+      check([](const Vars& v) { return attn::linear(v[0], v[1], v[2]); },
+            {randn(xs), randn({out, in}), randn({out})});
+      check([](const Vars& v) { return attn::linear(v[0], v[1]); }, {randn(xs), randn({out, in})});
+      // The input used twice: its gradient gets the product's and the elementwise path's.
+      check([](const Vars& v) { return attn::eval(attn::linear(v[0], v[1], v[2]) * 2.0 + v[3]); },
+            {randn(xs), randn({out, in}), randn({out}), randn({out})});
+    }
+  }
+}
+
+TEST_CASE("gradients: transpose_reshape (split and merge attention heads)") {
+  const attn::index_t b = dim(1, 3), t = dim(), h = dim(1, 3), d = dim();
+  check(
+      [=](const Vars& v) {
+        return attn::transpose_reshape(v[0], {b, t, h, d}, 1, 2, {b, h, t, d});
+      },
+      {randn({b, t, h * d})});
+  check(
+      [=](const Vars& v) {
+        return attn::transpose_reshape(v[0], {b, h, t, d}, 1, 2, {b, t, h * d});
+      },
+      {randn({b, h, t, d})});
+  // A gradient that also arrives by another path first (accumulation into a written buffer).
+  check(
+      [=](const Vars& v) {
+        const auto split = attn::transpose_reshape(v[0], {b, t, h, d}, 1, 2, {b, h, t, d});
+        return attn::eval(split +
+                          attn::transpose_reshape(v[0] * 3.0, {b, t, h, d}, 1, 2, {b, h, t, d}));
+      },
+      {randn({b, t, h * d})});
+}
+
 TEST_CASE("gradients: sum and mean, over everything and along an axis") {
   const Shape s{dim(), dim(), dim()};
   check([](const Vars& v) { return attn::sum(v[0]); }, {randn(s)});

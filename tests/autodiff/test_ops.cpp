@@ -223,3 +223,84 @@ TEST_CASE("sum and mean") {
   CHECK(m1.shape() == Shape{2, 1});
   CHECK(m1.value()[1] == 5);
 }
+
+TEST_CASE("linear equals matmul with the transposed weight plus the bias, and checks shapes") {
+  attn::Rng rng(12);
+  attn::Tape<float> tape;
+  const auto x = tape.leaf(Tensor<float>::randn({2, 5, 7}, rng));
+  const auto w = tape.leaf(Tensor<float>::randn({3, 7}, rng));
+  const auto b = tape.leaf(Tensor<float>::randn({3}, rng));
+  const attn::Var<float> want = attn::matmul(x, w, false, true) + b;
+  const auto got = attn::linear(x, w, b);
+  CHECK(got.shape() == Shape{2, 5, 3});
+  CHECK(attn::max_abs_diff(got.value(), want.value()) < 1e-5);
+  const auto nobias = attn::linear(x, w);
+  CHECK(attn::max_abs_diff(nobias.value(), attn::matmul(x, w, false, true).value()) < 1e-5);
+  const std::string msg = attn::test::message_of([&] {
+    attn::linear(x, tape.leaf(Tensor<float>({3, 6})));
+  });
+  CHECK(msg.find("linear") != std::string::npos);
+  CHECK(msg.find("[2, 5, 7]") != std::string::npos);
+  CHECK(msg.find("[3, 6]") != std::string::npos);
+  CHECK_THROWS_AS(attn::linear(x, w, tape.leaf(Tensor<float>({4}))), attn::shape_error);
+}
+
+TEST_CASE("transpose_reshape equals reshape, transpose, reshape, and checks sizes") {
+  attn::Rng rng(13);
+  attn::Tape<float> tape;
+  const auto x = tape.leaf(Tensor<float>::randn({2, 3, 12}, rng));
+  const auto want =
+      attn::reshape(attn::transpose(attn::reshape(x, {2, 3, 4, 3}), 1, 2), {2, 4, 3, 3});
+  const auto got = attn::transpose_reshape(x, {2, 3, 4, 3}, 1, 2, {2, 4, 3, 3});
+  CHECK(got.shape() == Shape{2, 4, 3, 3});
+  CHECK(attn::max_abs_diff(got.value(), want.value()) == 0.0);
+  CHECK_THROWS_AS(attn::transpose_reshape(x, {2, 3, 4, 4}, 1, 2, {2, 4, 3, 4}), attn::shape_error);
+}
+
+TEST_CASE("the tape frees intermediate gradients during backward and keeps inputs' gradients") {
+  attn::Tape<double> tape;
+  const auto x = tape.leaf(Tensor<double>({2}, {1.0, 2.0}), true);
+  const attn::Var<double> y = x * x;     // intermediate
+  const auto loss = attn::sum(y * 3.0);  // d/dx = 6x
+  tape.backward(loss);
+  CHECK(x.grad()[0] == doctest::Approx(6.0));
+  CHECK(x.grad()[1] == doctest::Approx(12.0));
+  const std::string msg = attn::test::message_of([&] { (void)y.grad(); });
+  CHECK(msg.find("set_retain_grads") != std::string::npos);
+  // With retain_grads the intermediate keeps its gradient: d loss / dy = 3, also through a
+  // reshape (which otherwise hands its gradient buffer on to its input).
+  tape.set_retain_grads(true);
+  tape.backward(loss);
+  CHECK(y.grad()[0] == doctest::Approx(3.0));
+  CHECK(x.grad()[1] == doctest::Approx(12.0));
+  const auto r = attn::reshape(y, {1, 2});
+  const auto loss2 = attn::sum(r * 2.0);
+  tape.backward(loss2);
+  CHECK(r.grad()[1] == doctest::Approx(2.0));
+  CHECK(y.grad()[1] == doctest::Approx(2.0));
+  CHECK(x.grad()[1] == doctest::Approx(8.0));  // 2 · 2x
+}
+
+TEST_CASE("a first gradient contribution overwrites a reused buffer, later ones add") {
+  // The pool hands out buffers holding the previous step's values: a step whose gradients were
+  // added onto them instead of overwriting would double here.
+  attn::Tape<float> tape;
+  attn::Parameter<float> w(Tensor<float>({3, 2}, {1, 2, 3, 4, 5, 6}));
+  const Tensor<float> xv({4, 2}, {1, -1, 2, 0.5f, -3, 1, 0, 2});
+  std::vector<float> first;
+  for (int step = 0; step < 3; ++step) {
+    tape.clear();
+    w.zero_grad();
+    const auto x = tape.leaf(xv, true);
+    const auto h = attn::linear(x, tape.param(w));                    // [4, 3]
+    const auto t = attn::transpose_reshape(h, {4, 3}, 0, 1, {3, 4});  // [3, 4]
+    const auto loss = attn::sum(attn::softmax(attn::gelu(t)) * attn::gelu(t));
+    tape.backward(loss);
+    std::vector<float> g(x.grad().begin(), x.grad().end());
+    g.insert(g.end(), w.grad.begin(), w.grad.end());
+    if (step == 0)
+      first = g;
+    else
+      CHECK(g == first);
+  }
+}

@@ -1,6 +1,7 @@
 // Tests for attn::gemm and attn::gemm_serial (core/gemm.hpp): every transpose combination, with
-// and without accumulation, against a naive triple loop in double on odd sizes; the empty edge
-// cases; and bitwise-identical results for 1, 2 and 3 threads.
+// and without accumulation, against a naive triple loop in double on odd sizes (including long
+// inner dimensions that gemm cuts into pieces), on every backend attn was built with; the empty
+// edge cases; and bitwise-identical results for 1, 2 and 3 threads.
 #include <doctest/doctest.h>
 #include <attn/core/gemm.hpp>
 
@@ -17,10 +18,11 @@ struct Dims {
   attn::index_t m, n, k;
 };
 
-// The sizes every product is checked at: degenerate, small and odd, and large enough to be split
-// into several blocks along rows (m >= n) or along columns (m < n).
-constexpr Dims kSizes[] = {{1, 1, 1},     {7, 13, 5},   {130, 67, 200},
-                           {600, 70, 90}, {9, 333, 21}, {1, 200, 3}};
+// The sizes every product is checked at: degenerate, small and odd, large enough to be split
+// into several blocks along rows (m >= n) or along columns (m < n), and small outputs with a long
+// inner dimension, which gemm splits into 2 and 4 pieces of k.
+constexpr Dims kSizes[] = {{1, 1, 1},    {7, 13, 5},  {130, 67, 200}, {600, 70, 90},
+                           {9, 333, 21}, {1, 200, 3}, {24, 19, 2100}, {5, 40, 4500}};
 
 template <class T>
 std::vector<T> random_vector(attn::index_t n, attn::Rng& rng) {
@@ -111,17 +113,63 @@ struct ThreadCountGuard {
   ~ThreadCountGuard() { attn::set_num_threads(saved); }
 };
 
+// Restores the GEMM backend a test changed.
+struct BackendGuard {
+  attn::GemmBackend saved = attn::gemm_backend();
+  ~BackendGuard() { attn::set_gemm_backend(saved); }
+};
+
+// The backends this build has: Eigen always, OpenBLAS when built with ATTN_BLAS=OpenBLAS.
+std::vector<attn::GemmBackend> backends() {
+  std::vector<attn::GemmBackend> b{attn::GemmBackend::eigen};
+  if (attn::have_openblas()) b.push_back(attn::GemmBackend::openblas);
+  return b;
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("gemm matches the naive product for every transpose and accumulate setting", T,
                    float, double) {
-  check_all_combinations<T>(Kind::parallel);
+  BackendGuard guard;
+  for (const attn::GemmBackend b : backends()) {
+    CAPTURE(attn::gemm_backend_name(b));
+    attn::set_gemm_backend(b);
+    check_all_combinations<T>(Kind::parallel);
+  }
 }
 
 TEST_CASE_TEMPLATE(
     "gemm_serial matches the naive product for every transpose and accumulate setting", T, float,
     double) {
-  check_all_combinations<T>(Kind::serial);
+  BackendGuard guard;
+  for (const attn::GemmBackend b : backends()) {
+    CAPTURE(attn::gemm_backend_name(b));
+    attn::set_gemm_backend(b);
+    check_all_combinations<T>(Kind::serial);
+  }
+}
+
+TEST_CASE("gemm backends: the choice is reported, and OpenBLAS only when built with it") {
+  BackendGuard guard;
+  CHECK(attn::gemm_backend_name(attn::GemmBackend::eigen).rfind("Eigen 3.", 0) == 0);
+  if (attn::have_openblas()) {
+    attn::set_gemm_backend(attn::GemmBackend::openblas);
+    CHECK(attn::gemm_backend() == attn::GemmBackend::openblas);
+    CHECK(attn::gemm_backend_name().rfind("OpenBLAS", 0) == 0);
+  } else {
+    CHECK_THROWS_AS(attn::set_gemm_backend(attn::GemmBackend::openblas), attn::value_error);
+    CHECK(attn::gemm_backend() == attn::GemmBackend::eigen);
+  }
+  attn::set_gemm_backend(attn::GemmBackend::eigen);
+  CHECK(attn::gemm_backend() == attn::GemmBackend::eigen);
+}
+
+TEST_CASE("gemm_inner_pieces: only small outputs with a long inner dimension are cut") {
+  CHECK(attn::gemm_inner_pieces(256, 256, 4096) == 4);
+  CHECK(attn::gemm_inner_pieces(384, 384, 2048) == 2);
+  CHECK(attn::gemm_inner_pieces(256, 256, 1000) == 1);
+  CHECK(attn::gemm_inner_pieces(4096, 256, 4096) == 1);
+  CHECK(attn::gemm_inner_pieces(1024, 256, 4096) == 1);
 }
 
 TEST_CASE("gemm: a known 2x3 by 3x2 product") {
@@ -175,43 +223,80 @@ TEST_CASE("gemm_block_size depends only on the length and is at least 256") {
 
 TEST_CASE("gemm: results are bitwise identical for 1, 2 and 3 threads (m = n = k = 700)") {
   ThreadCountGuard guard;
+  BackendGuard backend_guard;
   const attn::index_t n = 700;
   attn::Rng rng(5);
   const auto a = random_vector<float>(n * n, rng);
   const auto b = random_vector<float>(n * n, rng);
   const auto c0 = random_vector<float>(n * n, rng);
-  for (const bool ta : {false, true})
-    for (const bool accumulate : {false, true}) {
-      CAPTURE(ta);
-      CAPTURE(accumulate);
-      std::vector<float> results[3];
-      for (int threads = 1; threads <= 3; ++threads) {
-        attn::set_num_threads(threads);
+  for (const attn::GemmBackend backend : backends())
+    for (const bool ta : {false, true})
+      for (const bool accumulate : {false, true}) {
+        CAPTURE(attn::gemm_backend_name(backend));
+        CAPTURE(ta);
+        CAPTURE(accumulate);
+        attn::set_gemm_backend(backend);
+        std::vector<float> results[3];
+        for (int threads = 1; threads <= 3; ++threads) {
+          attn::set_num_threads(threads);
 #ifdef _OPENMP
-        CHECK(attn::num_threads() == threads);
+          CHECK(attn::num_threads() == threads);
 #endif
-        std::vector<float> c = c0;
-        attn::gemm(a.data(), ta, b.data(), !ta, c.data(), n, n, n, accumulate);
-        results[threads - 1] = std::move(c);
-      }
-      const std::size_t bytes = results[0].size() * sizeof(float);
-      CHECK(std::memcmp(results[0].data(), results[1].data(), bytes) == 0);
-      CHECK(std::memcmp(results[0].data(), results[2].data(), bytes) == 0);
-      // And the product is right, not just reproducible: spot-check a few elements.
-      for (const attn::index_t i : {attn::index_t{0}, attn::index_t{333}, n - 1}) {
-        const attn::index_t j = (i * 7 + 11) % n;
-        double want = accumulate ? c0[static_cast<std::size_t>(i * n + j)] : 0.0,
-               mag = std::abs(want);
-        for (attn::index_t p = 0; p < n; ++p) {
-          const double x = a[static_cast<std::size_t>(ta ? p * n + i : i * n + p)];
-          const double y = b[static_cast<std::size_t>(ta ? p * n + j : j * n + p)];  // tb = !ta
-          want += x * y;
-          mag += std::abs(x * y);
+          std::vector<float> c = c0;
+          attn::gemm(a.data(), ta, b.data(), !ta, c.data(), n, n, n, accumulate);
+          results[threads - 1] = std::move(c);
         }
-        CHECK(std::abs(results[0][static_cast<std::size_t>(i * n + j)] - want) <=
-              1e-7 * double(n) * mag);
+        const std::size_t bytes = results[0].size() * sizeof(float);
+        CHECK(std::memcmp(results[0].data(), results[1].data(), bytes) == 0);
+        CHECK(std::memcmp(results[0].data(), results[2].data(), bytes) == 0);
+        // And the product is right, not just reproducible: spot-check a few elements.
+        for (const attn::index_t i : {attn::index_t{0}, attn::index_t{333}, n - 1}) {
+          const attn::index_t j = (i * 7 + 11) % n;
+          double want = accumulate ? c0[static_cast<std::size_t>(i * n + j)] : 0.0,
+                 mag = std::abs(want);
+          for (attn::index_t p = 0; p < n; ++p) {
+            const double x = a[static_cast<std::size_t>(ta ? p * n + i : i * n + p)];
+            const double y = b[static_cast<std::size_t>(ta ? p * n + j : j * n + p)];  // tb = !ta
+            want += x * y;
+            mag += std::abs(x * y);
+          }
+          CHECK(std::abs(results[0][static_cast<std::size_t>(i * n + j)] - want) <=
+                1e-7 * double(n) * mag);
+        }
       }
-    }
   attn::set_num_threads(guard.saved);
   CHECK(attn::num_threads() == guard.saved);
+}
+
+TEST_CASE("gemm: a weight gradient cut into pieces of k is bitwise identical for 1, 2, 3 threads") {
+  // dW [64, 64] = dYᵀ X over 4096 rows, as in a transformer's backward pass: 4 pieces of k,
+  // repeated, so that a race in the backend's buffers (concurrent calls) would show.
+  ThreadCountGuard guard;
+  BackendGuard backend_guard;
+  const attn::index_t d = 64, rows = 4096;
+  attn::Rng rng(9);
+  const auto dy = random_vector<float>(rows * d, rng);
+  const auto x = random_vector<float>(rows * d, rng);
+  for (const attn::GemmBackend backend : backends()) {
+    CAPTURE(attn::gemm_backend_name(backend));
+    attn::set_gemm_backend(backend);
+    std::vector<float> first;
+    for (int threads = 1; threads <= 3; ++threads) {
+      attn::set_num_threads(threads);
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<float> dw(static_cast<std::size_t>(d * d), 1.0f);
+        attn::gemm(dy.data(), true, x.data(), false, dw.data(), d, d, rows, true);
+        if (first.empty()) {
+          first = dw;
+          // dW[i][j] = 1 + Σ_r dy[r][i] x[r][j]: spot-check one element.
+          double want = 1.0;
+          for (attn::index_t r = 0; r < rows; ++r)
+            want += double(dy[static_cast<std::size_t>(r * d + 3)]) *
+                    double(x[static_cast<std::size_t>(r * d + 5)]);
+          CHECK(std::abs(dw[3 * d + 5] - want) < 1e-3);
+        }
+        CHECK(std::memcmp(first.data(), dw.data(), first.size() * sizeof(float)) == 0);
+      }
+    }
+  }
 }

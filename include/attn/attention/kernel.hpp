@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstdint>
 
+#include "../core/host_device.hpp"
 #include "../core/shape.hpp"
 
 namespace attn {
@@ -47,11 +48,11 @@ struct Softmax {
   static constexpr bool feature_map = false;
   static constexpr bool shift_invariant = true;
   template <class T>
-  T value(T s) const {
+  ATTN_HOST_DEVICE T value(T s) const {
     return std::exp(s);
   }
   template <class T>
-  T derivative(T, T k) const {
+  ATTN_HOST_DEVICE T derivative(T, T k) const {
     return k;
   }
 };
@@ -66,13 +67,13 @@ struct Polynomial {
   static constexpr bool shift_invariant = false;
   static constexpr int degree = C;
   template <class T>
-  T value(T s) const {
+  ATTN_HOST_DEVICE T value(T s) const {
     T p = 1;
     for (int i = 0; i < C; ++i) p *= s;
     return p;
   }
   template <class T>
-  T derivative(T s, T) const {
+  ATTN_HOST_DEVICE T derivative(T s, T) const {
     T p = C;
     for (int i = 1; i < C; ++i) p *= s;
     return p;

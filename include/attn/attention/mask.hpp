@@ -6,6 +6,8 @@
 //   bool allowed(b, i, j, Tq, Tk) const;
 //   TileKind tile(b, i0, i1, j0, j1, Tq, Tk) const;   // rows [i0, i1) x columns [j0, j1)
 //   void validate(B, Tq, Tk) const;                   // throws value_error/shape_error if unusable
+// A mask whose allowed() and tile() are ATTN_HOST_DEVICE and that is trivially copyable also says
+// `static constexpr bool host_device = true;`: the CUDA kernels take those (DeviceMaskPolicy).
 // Guarantees: tile() never says all or none unless every element agrees; a query that may
 // attend to no key gets output 0 and zero gradient (never NaN).
 #pragma once
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/host_device.hpp"
 #include "../core/rng.hpp"
 #include "../core/tensor.hpp"
 
@@ -50,8 +53,10 @@ namespace mask {
 
 // Every query sees every key.
 struct None {
-  bool allowed(index_t, index_t, index_t, index_t, index_t) const { return true; }
-  TileKind tile(index_t, index_t, index_t, index_t, index_t, index_t, index_t) const {
+  static constexpr bool host_device = true;
+  ATTN_HOST_DEVICE bool allowed(index_t, index_t, index_t, index_t, index_t) const { return true; }
+  ATTN_HOST_DEVICE TileKind tile(index_t, index_t, index_t, index_t, index_t, index_t,
+                                 index_t) const {
     return TileKind::all;
   }
   void validate(index_t, index_t, index_t) const {}
@@ -61,12 +66,13 @@ struct None {
 // last key. With Tq = Tk this is the usual lower triangle; with one new query and a cache of Tk
 // keys (decoding) it sees them all.
 struct Causal {
-  static index_t offset(index_t tq, index_t tk) { return tk - tq; }
-  bool allowed(index_t, index_t i, index_t j, index_t tq, index_t tk) const {
+  static constexpr bool host_device = true;
+  ATTN_HOST_DEVICE static index_t offset(index_t tq, index_t tk) { return tk - tq; }
+  ATTN_HOST_DEVICE bool allowed(index_t, index_t i, index_t j, index_t tq, index_t tk) const {
     return j <= i + offset(tq, tk);
   }
-  TileKind tile(index_t, index_t i0, index_t i1, index_t j0, index_t j1, index_t tq,
-                index_t tk) const {
+  ATTN_HOST_DEVICE TileKind tile(index_t, index_t i0, index_t i1, index_t j0, index_t j1,
+                                 index_t tq, index_t tk) const {
     const index_t off = offset(tq, tk);
     if (j1 - 1 <= i0 + off) return TileKind::all;
     if (j0 > i1 - 1 + off) return TileKind::none;
@@ -77,8 +83,12 @@ struct Causal {
 
 // Causal, aligned at the start: query i sees keys j <= i, whatever Tq and Tk are.
 struct CausalTopLeft {
-  bool allowed(index_t, index_t i, index_t j, index_t, index_t) const { return j <= i; }
-  TileKind tile(index_t, index_t i0, index_t i1, index_t j0, index_t j1, index_t, index_t) const {
+  static constexpr bool host_device = true;
+  ATTN_HOST_DEVICE bool allowed(index_t, index_t i, index_t j, index_t, index_t) const {
+    return j <= i;
+  }
+  ATTN_HOST_DEVICE TileKind tile(index_t, index_t i0, index_t i1, index_t j0, index_t j1, index_t,
+                                 index_t) const {
     if (j1 - 1 <= i0) return TileKind::all;
     if (j0 > i1 - 1) return TileKind::none;
     return TileKind::partial;
@@ -89,18 +99,19 @@ struct CausalTopLeft {
 // A band around the query's position p = i + (Tk − Tq) (end-aligned as Causal): key j is seen
 // when p − before <= j <= p + after. SlidingWindow::causal(w) sees the w most recent keys.
 struct SlidingWindow {
+  static constexpr bool host_device = true;
   index_t before = 0;
   index_t after = 0;
 
   static SlidingWindow causal(index_t window) { return {window - 1, 0}; }
   static SlidingWindow symmetric(index_t half) { return {half, half}; }
 
-  bool allowed(index_t, index_t i, index_t j, index_t tq, index_t tk) const {
+  ATTN_HOST_DEVICE bool allowed(index_t, index_t i, index_t j, index_t tq, index_t tk) const {
     const index_t p = i + tk - tq;
     return j >= p - before && j <= p + after;
   }
-  TileKind tile(index_t, index_t i0, index_t i1, index_t j0, index_t j1, index_t tq,
-                index_t tk) const {
+  ATTN_HOST_DEVICE TileKind tile(index_t, index_t i0, index_t i1, index_t j0, index_t j1,
+                                 index_t tq, index_t tk) const {
     const index_t off = tk - tq;
     const index_t p0 = i0 + off, p1 = i1 - 1 + off;  // first and last query positions
     if (j1 - 1 < p0 - before || j0 > p1 + after) return TileKind::none;

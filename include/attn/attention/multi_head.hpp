@@ -72,9 +72,8 @@ struct ProjectionWeights {
         has_bias(with_bias) {}
 
   Var<T> operator()(Tape<T>& tape, const Var<T>& x) {
-    Var<T> y = matmul(x, tape.param(weight), false, true);
-    if (has_bias) y = y + tape.param(bias);
-    return y;
+    if (has_bias) return linear(x, tape.param(weight), tape.param(bias));
+    return linear(x, tape.param(weight));
   }
 };
 
@@ -220,13 +219,13 @@ class MultiHeadAttention {
   // [B, T, n·Dh] -> [B, n, T, Dh]
   Var<T> split_heads(const Var<T>& x, index_t n) const {
     const Shape& s = x.shape();
-    return transpose(reshape(x, {s[0], s[1], n, s[2] / n}), 1, 2);
+    return transpose_reshape(x, {s[0], s[1], n, s[2] / n}, 1, 2, {s[0], n, s[1], s[2] / n});
   }
 
   // [B, H, T, Dv] -> [B, T, H·Dv]
   static Var<T> merge_heads(const Var<T>& o) {
     const Shape& s = o.shape();
-    return reshape(transpose(o, 1, 2), {s[0], s[2], s[1] * s[3]});
+    return transpose_reshape(o, s, 1, 2, {s[0], s[2], s[1] * s[3]});
   }
 
   Var<T> attend(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& mask,

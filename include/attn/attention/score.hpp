@@ -12,6 +12,7 @@
 #include <cmath>
 #include <concepts>
 
+#include "../core/host_device.hpp"
 #include "../core/shape.hpp"
 
 namespace attn {
@@ -30,7 +31,7 @@ namespace score {
 
 namespace detail {
 template <class T>
-double dot(const T* a, const T* b, index_t d) {
+ATTN_HOST_DEVICE double dot(const T* a, const T* b, index_t d) {
   double s = 0;
   for (index_t i = 0; i < d; ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
   return s;
@@ -41,9 +42,9 @@ double dot(const T* a, const T* b, index_t d) {
 struct Dot {
   static constexpr const char* name = "dot";
   static constexpr double beta_q = 0, beta_k = 0;
-  double alpha(index_t) const { return 1.0; }
+  ATTN_HOST_DEVICE double alpha(index_t) const { return 1.0; }
   template <class T>
-  double operator()(const T* q, const T* k, index_t d) const {
+  ATTN_HOST_DEVICE double operator()(const T* q, const T* k, index_t d) const {
     return detail::dot(q, k, d);
   }
 };
@@ -53,9 +54,9 @@ struct Dot {
 struct ScaledDot {
   static constexpr const char* name = "scaled_dot";
   static constexpr double beta_q = 0, beta_k = 0;
-  double alpha(index_t d) const { return 1.0 / std::sqrt(static_cast<double>(d)); }
+  ATTN_HOST_DEVICE double alpha(index_t d) const { return 1.0 / std::sqrt(static_cast<double>(d)); }
   template <class T>
-  double operator()(const T* q, const T* k, index_t d) const {
+  ATTN_HOST_DEVICE double operator()(const T* q, const T* k, index_t d) const {
     return detail::dot(q, k, d) * alpha(d);
   }
 };
@@ -67,9 +68,9 @@ struct ScaledDot {
 struct NegSqEuclidean {
   static constexpr const char* name = "neg_sq_euclidean";
   static constexpr double beta_q = -1, beta_k = -1;
-  double alpha(index_t) const { return 2.0; }
+  ATTN_HOST_DEVICE double alpha(index_t) const { return 2.0; }
   template <class T>
-  double operator()(const T* q, const T* k, index_t d) const {
+  ATTN_HOST_DEVICE double operator()(const T* q, const T* k, index_t d) const {
     double s = 0;
     for (index_t i = 0; i < d; ++i) {
       const double diff = static_cast<double>(q[i]) - static_cast<double>(k[i]);
@@ -80,6 +81,14 @@ struct NegSqEuclidean {
 };
 
 }  // namespace score
+
+// One score from its parts, s = alpha q·k + beta_q ‖q‖² + beta_k ‖k‖², in the type A the caller
+// accumulates in (float on a GPU). The tiled kernels compute the q·k of a whole tile at once and
+// finish each element with this; tests hold it equal to the policy's operator()(q, k, d).
+template <ScorePolicy S, class A>
+ATTN_HOST_DEVICE A score_from_parts(A alpha, A qk, A qq, A kk) {
+  return alpha * qk + static_cast<A>(S::beta_q) * qq + static_cast<A>(S::beta_k) * kk;
+}
 
 static_assert(ScorePolicy<score::Dot>);
 static_assert(ScorePolicy<score::ScaledDot>);

@@ -18,6 +18,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "../core/fast_math.hpp"
 #include "../core/parallel.hpp"
 #include "tape.hpp"
 
@@ -73,6 +74,12 @@ inline Layout layout_for(const Shape& leaf, const Shape& out) {
   return {0, 1};  // a row broadcast over the leading axes
 }
 
+// How eval and backprop find element (r, c) of a leaf. strided: through its layout (any
+// broadcast). flat: every leaf has the output's shape, c is the flat index. flat_all_grad: flat,
+// and every leaf receives a gradient. The flat walks need no per-leaf arithmetic or tests, so the
+// loops calling them vectorise.
+enum class Walk { strided, flat, flat_all_grad };
+
 // A Var inside an expression.
 template <class T>
 struct Leaf : ExpressionTag {
@@ -86,6 +93,9 @@ struct Leaf : ExpressionTag {
   // Bound just before a loop runs (bind()):
   const T* v = nullptr;
   T* g = nullptr;
+  // 0: g is this pass's first contribution (write, do not add); 1: add. A float, not a bool:
+  // GCC vectorises the select on it and not one on a byte.
+  T keep = T{1};
   Layout layout{};
 
   explicit Leaf(const Var<T>& x)
@@ -97,21 +107,46 @@ struct Leaf : ExpressionTag {
   Shape shape() const { return tape_ptr->value(node).shape(); }
   bool requires_grad() const { return tape_ptr->requires_grad(node); }
 
+  // A full-size leaf touches each of its gradient's elements once per backward loop, so when
+  // its gradient has no contribution yet it writes instead of adding (a second leaf of the same
+  // node, bound later, adds: the loop visits the leaves of an element in binding order). A
+  // broadcast leaf sums into its elements and needs them zeroed first.
   void bind(const Shape& out, bool with_grad) {
     v = tape_ptr->value(node).data();
     layout = layout_for(shape(), out);
-    g = (with_grad && requires_grad()) ? tape_ptr->grad(node).data() : nullptr;
+    g = nullptr;
+    keep = T{1};
+    if (!with_grad || !requires_grad()) return;
+    if (layout.row_stride == 0) {
+      g = tape_ptr->grad(node).data();
+    } else {
+      const auto w = tape_ptr->grad_write(node);
+      g = w.data;
+      keep = w.accumulate ? T{1} : T{0};
+    }
   }
   template <class F>
   void for_each_leaf(F&& f) const {
     f(*this);
   }
 
+  template <Walk W = Walk::strided>
   T eval(index_t r, index_t c, Cache&) const {
-    return v[r * layout.row_stride + c * layout.col_stride];
+    return v[index<W>(r, c)];
   }
+  template <Walk W = Walk::strided>
   void backprop(index_t r, index_t c, T grad, const Cache&) const {
-    if (g) g[r * layout.row_stride + c * layout.col_stride] += grad;
+    if (W == Walk::flat_all_grad || g) {
+      T& d = g[index<W>(r, c)];
+      d = keep != T{0} ? d + grad : grad;
+    }
+  }
+  template <Walk W>
+  index_t index(index_t r, index_t c) const {
+    if constexpr (W == Walk::strided)
+      return r * layout.row_stride + c * layout.col_stride;
+    else
+      return c;
   }
 };
 
@@ -126,7 +161,11 @@ struct Constant : ExpressionTag {
   void bind(const Shape&, bool) {}
   template <class F>
   void for_each_leaf(F&&) const {}
-  T eval(index_t, index_t, Cache&) const { return value; }
+  template <Walk W = Walk::strided>
+  T eval(index_t, index_t, Cache&) const {
+    return value;
+  }
+  template <Walk W = Walk::strided>
   void backprop(index_t, index_t, T, const Cache&) const {}
 };
 
@@ -156,18 +195,20 @@ struct Unary : ExpressionTag {
     e.for_each_leaf(fn);
   }
 
+  template <Walk W = Walk::strided>
   T eval(index_t r, index_t c, Cache& k) const {
-    k.x = e.eval(r, c, k.child);
+    k.x = e.template eval<W>(r, c, k.child);
     k.y = f.value(k.x);
     return k.y;
   }
   // A function may provide chain(grad, x, y) = grad · dy/dx itself where the product would hide
   // a select (relu, abs): `grad * 0` cannot be dropped under IEEE rules, and keeps the loop scalar.
+  template <Walk W = Walk::strided>
   void backprop(index_t r, index_t c, T grad, const Cache& k) const {
     if constexpr (requires { f.chain(grad, k.x, k.y); })
-      e.backprop(r, c, f.chain(grad, k.x, k.y), k.child);
+      e.template backprop<W>(r, c, f.chain(grad, k.x, k.y), k.child);
     else
-      e.backprop(r, c, grad * f.derivative(k.x, k.y), k.child);
+      e.template backprop<W>(r, c, grad * f.derivative(k.x, k.y), k.child);
   }
 };
 
@@ -218,15 +259,17 @@ struct Binary : ExpressionTag {
     r_.for_each_leaf(fn);
   }
 
+  template <Walk W = Walk::strided>
   T eval(index_t r, index_t c, Cache& k) const {
-    k.a = l.eval(r, c, k.lc);
-    k.b = r_.eval(r, c, k.rc);
+    k.a = l.template eval<W>(r, c, k.lc);
+    k.b = r_.template eval<W>(r, c, k.rc);
     k.y = f.value(k.a, k.b);
     return k.y;
   }
+  template <Walk W = Walk::strided>
   void backprop(index_t r, index_t c, T grad, const Cache& k) const {
-    if constexpr (HasLeaf<L>) l.backprop(r, c, grad * f.da(k.a, k.b, k.y), k.lc);
-    if constexpr (HasLeaf<R>) r_.backprop(r, c, grad * f.db(k.a, k.b, k.y), k.rc);
+    if constexpr (HasLeaf<L>) l.template backprop<W>(r, c, grad * f.da(k.a, k.b, k.y), k.lc);
+    if constexpr (HasLeaf<R>) r_.template backprop<W>(r, c, grad * f.db(k.a, k.b, k.y), k.rc);
   }
 };
 
@@ -376,18 +419,19 @@ struct Relu {
     return x > T{0} ? grad : T{0};
   }
 };
-// GELU(x) = x Φ(x) = ½ x (1 + erf(x/√2)) (Hendrycks & Gimpel; PyTorch's default GELU).
+// GELU(x) = x Φ(x) = ½ x (1 + erf(x/√2)) (Hendrycks & Gimpel; PyTorch's default GELU). In float,
+// erf and exp are the vectorisable ones of core/fast_math.hpp (errors <= 5e-7 and 2e-7).
 struct Gelu {
   template <class T>
   T value(T x) const {
-    return T(0.5) * x * (T{1} + std::erf(x * T(std::numbers::sqrt2 / 2)));
+    return T(0.5) * x * (T{1} + erf_fast(x * T(std::numbers::sqrt2 / 2)));
   }
   // d/dx x Φ(x) = Φ(x) + x φ(x), φ the standard normal density.
   template <class T>
   T derivative(T x, T) const {
-    const T cdf = T(0.5) * (T{1} + std::erf(x * T(std::numbers::sqrt2 / 2)));
+    const T cdf = T(0.5) * (T{1} + erf_fast(x * T(std::numbers::sqrt2 / 2)));
     const T pdf =
-        std::exp(T(-0.5) * x * x) * T(0.5 * std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
+        exp_fast(T(-0.5) * x * x) * T(0.5 * std::numbers::sqrt2 * std::numbers::inv_sqrtpi);
     return cdf + x * pdf;
   }
 };
@@ -493,6 +537,16 @@ auto make_unary(F f, const X& x) {
   return Unary<F, decltype(as_expr(x))>(f, as_expr(x));
 }
 
+// True when every leaf of the bound expression `e` has the output's shape (no broadcasting).
+template <class E>
+bool all_full(const E& e, const Shape& out) {
+  bool full = true;
+  e.for_each_leaf([&](const auto& leaf) {
+    full = full && leaf.layout.row_stride == out.last() && leaf.layout.col_stride == 1;
+  });
+  return full;
+}
+
 // The tape node an expression is evaluated into; its backward re-walks the tree per element.
 template <class E>
 struct ElementwiseOp {
@@ -516,7 +570,27 @@ struct ElementwiseOp {
       b.backprop(r, c, g[r * D + c], k);
     };
     (void)tape;
-    if (scalar_grad) {
+    bool all_grad = true;
+    b.for_each_leaf([&](const auto& leaf) { all_grad = all_grad && leaf.g != nullptr; });
+    // Every operand has the output's shape: one flat loop per row, which vectorises.
+    auto flat = [&](auto walk) {
+      constexpr Walk W = decltype(walk)::value;
+      parallel_for(R, static_cast<double>(D) * 8.0, [&](index_t r) {
+        // Local copies: the compiler then knows the gradient stores leave the pointers alone.
+        const E local = b;
+        const T* const gy = g;
+        for (index_t i = r * D; i < (r + 1) * D; ++i) {
+          typename E::Cache k;
+          local.template eval<W>(0, i, k);
+          local.template backprop<W>(0, i, gy[i], k);
+        }
+      });
+    };
+    if (all_full(b, out) && all_grad) {
+      flat(std::integral_constant<Walk, Walk::flat_all_grad>{});
+    } else if (all_full(b, out)) {
+      flat(std::integral_constant<Walk, Walk::flat>{});
+    } else if (scalar_grad) {
       // A one-element operand's gradient sums every element: done in order, on one thread.
       for (index_t r = 0; r < R; ++r)
         for (index_t c = 0; c < D; ++c) element(r, c);
@@ -556,10 +630,18 @@ Var<typename E::value_type> eval(const E& e) {
   b.bind(out, false);
   T* o = node.value->data();
   const index_t D = std::max<index_t>(out.last(), 1), R = out.numel() / D;
-  parallel_for(R, static_cast<double>(D) * 4.0, [&](index_t r) {
-    typename E::Cache k;
-    for (index_t c = 0; c < D; ++c) o[r * D + c] = b.eval(r, c, k);
-  });
+  if (expr::all_full(b, out)) {
+    parallel_for(R, static_cast<double>(D) * 4.0, [&](index_t r) {
+      typename E::Cache k;
+      for (index_t i = r * D; i < (r + 1) * D; ++i)
+        o[i] = b.template eval<expr::Walk::flat>(0, i, k);
+    });
+  } else {
+    parallel_for(R, static_cast<double>(D) * 4.0, [&](index_t r) {
+      typename E::Cache k;
+      for (index_t c = 0; c < D; ++c) o[r * D + c] = b.eval(r, c, k);
+    });
+  }
   tape.set_backward(node, expr::ElementwiseOp<E>{e});
   return var;
 }

@@ -30,13 +30,17 @@ struct SoftmaxOp {
     const index_t D = self.value->shape().last(), R = row_count(*self.value);
     const T* y = self.value->data();
     const T* gy = self.grad->data();
-    T* gx = tape.grad(x).data();
+    const auto gx = tape.grad_write(x);
     parallel_for(R, double(D) * 4, [&](index_t r) {
       const T* yr = y + r * D;
       const T* gr = gy + r * D;
       T dot = 0;
       for (index_t j = 0; j < D; ++j) dot += gr[j] * yr[j];
-      for (index_t j = 0; j < D; ++j) gx[r * D + j] += yr[j] * (gr[j] - dot);
+      T* out = gx.data + r * D;
+      if (gx.accumulate)
+        for (index_t j = 0; j < D; ++j) out[j] += yr[j] * (gr[j] - dot);
+      else
+        for (index_t j = 0; j < D; ++j) out[j] = yr[j] * (gr[j] - dot);
     });
   }
 };
@@ -51,19 +55,40 @@ struct LogSoftmaxOp {
     const index_t D = self.value->shape().last(), R = row_count(*self.value);
     const T* y = self.value->data();
     const T* gy = self.grad->data();
-    T* gx = tape.grad(x).data();
+    const auto gx = tape.grad_write(x);
     parallel_for(R, double(D) * 8, [&](index_t r) {
       const T* yr = y + r * D;
       const T* gr = gy + r * D;
+      T* out = gx.data + r * D;
       if (!std::isfinite(static_cast<double>(yr[0])) && yr[0] < 0 &&
-          std::all_of(yr, yr + D, [](T v) { return v == -std::numeric_limits<T>::infinity(); }))
+          std::all_of(yr, yr + D, [](T v) { return v == -std::numeric_limits<T>::infinity(); })) {
+        if (!gx.accumulate) std::fill(out, out + D, T{0});
         return;  // a row with no finite input has no gradient
+      }
       T total = 0;
       for (index_t j = 0; j < D; ++j) total += gr[j];
-      for (index_t j = 0; j < D; ++j) gx[r * D + j] += gr[j] - std::exp(yr[j]) * total;
+      if (gx.accumulate)
+        for (index_t j = 0; j < D; ++j) out[j] += gr[j] - exp_fast(yr[j]) * total;
+      else
+        for (index_t j = 0; j < D; ++j) out[j] = gr[j] - exp_fast(yr[j]) * total;
     });
   }
 };
+
+// Σ_{j < n} f(j) in `Lanes` interleaved partial sums of type A, added at the end: a loop the
+// compiler vectorises (a plain running sum it may not reorder). The order depends on n only, so
+// the result does not depend on the thread count.
+template <class A, int Lanes = 16, class F>
+A lane_sum(index_t n, F&& f) {
+  A part[Lanes] = {};
+  index_t j = 0;
+  for (; j + Lanes <= n; j += Lanes)
+    for (int l = 0; l < Lanes; ++l) part[l] += f(j + l);
+  A s = 0;
+  for (; j < n; ++j) s += f(j);
+  for (int l = 0; l < Lanes; ++l) s += part[l];
+  return s;
+}
 
 // Row maximum, and log Σ exp(x − max): the two halves of a stable log-sum-exp. Subtracting the
 // max keeps every exp in (0, 1], so logits of ±1e4 neither overflow nor underflow to 0/0.
@@ -72,8 +97,7 @@ std::pair<T, T> max_and_log_sum_exp(const T* row, index_t D) {
   T m = -std::numeric_limits<T>::infinity();
   for (index_t j = 0; j < D; ++j) m = std::max(m, row[j]);
   if (m == -std::numeric_limits<T>::infinity()) return {m, T{0}};
-  T s = 0;
-  for (index_t j = 0; j < D; ++j) s += std::exp(row[j] - m);
+  const T s = lane_sum<T>(D, [&](index_t j) { return exp_fast(row[j] - m); });
   return {m, std::log(s)};
 }
 
@@ -92,22 +116,22 @@ struct LayerNormOp {
     const T* g = tape.value(gamma).data();
     const T* xd = xv.data();
     if (tape.requires_grad(x)) {
-      T* gx = tape.grad(x).data();
+      const auto dx = tape.grad_write(x);
+      T* gx = dx.data;
       parallel_for(R, double(D) * 10, [&](index_t r) {
         const T mu = stats[2 * r], rstd = stats[2 * r + 1];
-        T m1 = 0, m2 = 0;
-        for (index_t j = 0; j < D; ++j) {
-          const T xh = (xd[r * D + j] - mu) * rstd;
-          const T dxh = gy[r * D + j] * g[j];
-          m1 += dxh;
-          m2 += dxh * xh;
-        }
-        m1 /= T(D);
-        m2 /= T(D);
-        for (index_t j = 0; j < D; ++j) {
-          const T xh = (xd[r * D + j] - mu) * rstd;
-          gx[r * D + j] += rstd * (gy[r * D + j] * g[j] - m1 - xh * m2);
-        }
+        const T* xr = xd + r * D;
+        const T* gr = gy + r * D;
+        const T m1 = lane_sum<T>(D, [&](index_t j) { return gr[j] * g[j]; }) / T(D);
+        const T m2 =
+            lane_sum<T>(D, [&](index_t j) { return gr[j] * g[j] * ((xr[j] - mu) * rstd); }) / T(D);
+        T* out = gx + r * D;
+        if (dx.accumulate)
+          for (index_t j = 0; j < D; ++j)
+            out[j] += rstd * (gr[j] * g[j] - m1 - (xr[j] - mu) * rstd * m2);
+        else
+          for (index_t j = 0; j < D; ++j)
+            out[j] = rstd * (gr[j] * g[j] - m1 - (xr[j] - mu) * rstd * m2);
       });
     }
     const bool need_g = tape.requires_grad(gamma), need_b = tape.requires_grad(beta);
@@ -168,13 +192,20 @@ struct CrossEntropyOp {
     const index_t V = xv.shape().last(), R = row_count(xv);
     const T scale = (*self.grad)[0] / T(count);
     const T* lse = self.saved[0].data();
-    T* gx = tape.grad(logits).data();
+    const auto gx = tape.grad_write(logits);
     parallel_for(R, double(V) * 8, [&](index_t r) {
       const std::int32_t t = self.saved_index[static_cast<std::size_t>(r)];
-      if (t == ignore_index) return;
+      T* gr = gx.data + r * V;
+      if (t == ignore_index) {
+        if (!gx.accumulate) std::fill(gr, gr + V, T{0});
+        return;
+      }
       const T* xr = xv.data() + r * V;
-      T* gr = gx + r * V;
-      for (index_t j = 0; j < V; ++j) gr[j] += scale * std::exp(xr[j] - lse[r]);
+      const T l = lse[r];
+      if (gx.accumulate)
+        for (index_t j = 0; j < V; ++j) gr[j] += scale * exp_fast(xr[j] - l);
+      else
+        for (index_t j = 0; j < V; ++j) gr[j] = scale * exp_fast(xr[j] - l);
       gr[t] -= scale;
     });
   }
@@ -190,11 +221,12 @@ struct DropoutOp {
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     if (!tape.requires_grad(x)) return;
-    T* gx = tape.grad(x).data();
+    const auto gx = tape.grad_write(x);
     const T* gy = self.grad->data();
     const T keep = T(1.0 / (1.0 - p));
     parallel_for(self.grad->numel(), 4.0, [&](index_t i) {
-      if (hash_uniform(seed, static_cast<std::uint64_t>(i)) >= p) gx[i] += gy[i] * keep;
+      const T d = hash_uniform(seed, static_cast<std::uint64_t>(i)) >= p ? gy[i] * keep : T{0};
+      gx.data[i] = gx.accumulate ? gx.data[i] + d : d;
     });
   }
 };
@@ -217,8 +249,9 @@ auto softmax(const X& x_in) {
   parallel_for(R, double(D) * 8, [&](index_t r) {
     const auto [m, lse] = detail::max_and_log_sum_exp(xv + r * D, D);
     const bool empty = m == -std::numeric_limits<T>::infinity();
+    // (x − m) − lse, not x − (m + lse): m + lse would round at the scale of m (logits of 1e4).
     for (index_t j = 0; j < D; ++j)
-      yv[r * D + j] = empty ? T{0} : std::exp(xv[r * D + j] - m - lse);
+      yv[r * D + j] = empty ? T{0} : exp_fast(xv[r * D + j] - m - lse);
   });
   tape.set_backward(node, detail::SoftmaxOp{x.index()});
   return y;
@@ -275,12 +308,14 @@ auto layer_norm(const X& x_in, const G& gamma_in, const B& beta_in, double eps =
   T* yv = node.value->data();
   parallel_for(R, double(D) * 6, [&](index_t r) {
     const T* xr = xv + r * D;
-    double mu = 0, var = 0;
-    for (index_t j = 0; j < D; ++j) mu += xr[j];
-    mu /= double(D);
-    for (index_t j = 0; j < D; ++j)
-      var += (xr[j] - mu) * (xr[j] - mu);  // two passes: no cancellation
-    var /= double(D);
+    // Mean and biased variance in double, in two passes (no cancellation).
+    const double mu =
+        detail::lane_sum<double, 8>(D, [&](index_t j) { return double(xr[j]); }) / double(D);
+    auto square = [&](index_t j) {
+      const double c = xr[j] - mu;
+      return c * c;
+    };
+    const double var = detail::lane_sum<double, 8>(D, square) / double(D);
     const T rstd = T(1.0 / std::sqrt(var + eps));
     stats[2 * r] = T(mu);
     stats[2 * r + 1] = rstd;

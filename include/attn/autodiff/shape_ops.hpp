@@ -16,11 +16,17 @@ namespace detail {
 struct ReshapeOp {
   std::int32_t x;
 
-  // Same elements in the same order: dx = dy, read with x's shape.
+  // Same elements in the same order: dx = dy, read with x's shape. As the first contribution
+  // the buffer itself is handed over, not copied.
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
-    if (!tape.requires_grad(x)) return;
-    tape.grad(x).array() += self.grad->array();
+    if (!tape.requires_grad(x) || tape.pass_grad(self, x)) return;
+    const auto dx = tape.grad_write(x);
+    VectorMap<T> out(dx.data, self.grad->numel());
+    if (dx.accumulate)
+      out += self.grad->array();
+    else
+      out = self.grad->array();
   }
 };
 

@@ -1,7 +1,10 @@
 // attn/autodiff/tape.hpp: the reverse-mode tape. Each operation appends one node holding its
-// output tensor, its gradient, and the small state its backward needs; backward() replays the
-// nodes in reverse order. clear() keeps every buffer, so a training step that records the same
-// operations as the previous one allocates nothing.
+// output tensor and the small state its backward needs; backward() replays the nodes in reverse
+// order. Gradient buffers come from a pool: a node gets one when the first contribution to its
+// gradient arrives (which writes it instead of adding to zeros) and gives it back once its own
+// backward has run, so a pass holds only the gradients in flight, not one per node. clear() keeps
+// every buffer, so a training step that records the same operations as the previous one
+// allocates nothing.
 // Does not build a graph of shared pointers (no per-scalar nodes, no recursion): a node is a
 // tensor-sized operation, and the tape is a flat array of them.
 #pragma once
@@ -43,13 +46,14 @@ inline constexpr std::size_t node_payload_bytes = 1024;
 template <class T>
 struct Node {
   Tensor<T> own_value;
-  Tensor<T> own_grad;
+  Tensor<T> own_grad;             // a buffer from the tape's pool while grad_live, else empty
   Tensor<T>* value = &own_value;  // own_value, or a Parameter's value
   Tensor<T>* grad = &own_grad;    // own_grad, or a Parameter's grad
   bool requires_grad = false;
-  bool grad_live = false;  // grad holds this backward pass's values (else it is zero)
-  bool external = false;   // value/grad belong to a Parameter
-  std::string_view name;   // operation name, for messages
+  bool grad_live = false;   // grad holds this backward pass's values (else it is zero)
+  bool grad_freed = false;  // backward ran and gave the buffer back (intermediate results)
+  bool external = false;    // value/grad belong to a Parameter
+  std::string_view name;    // operation name, for messages
   void (*backward)(Tape<T>&, Node&) = nullptr;
   alignas(std::max_align_t) std::byte payload[node_payload_bytes];
   std::vector<Tensor<T>> saved;           // tensors kept for backward; buffers reused by clear()
@@ -105,6 +109,9 @@ class Var {
   bool requires_grad() const { return node().requires_grad; }
 
   // The gradient of the last backward() with respect to this value (zeros if nothing reached it).
+  // Kept for inputs (Tape::leaf) and Parameters; an intermediate result's gradient is released
+  // during backward() unless the tape was told to retain it (Tape::set_retain_grads), and asking
+  // for it then throws value_error.
   const Tensor<T>& grad() const;
 
   // The scalar value of a one-element Var.
@@ -155,6 +162,7 @@ class Tape {
     n.external = true;
     n.requires_grad = grad_enabled_;
     n.grad_live = true;
+    n.grad_freed = false;
     n.name = "param";
     n.backward = nullptr;
     return Var<T>(this, static_cast<std::int32_t>(size_ - 1), generation_);
@@ -162,9 +170,15 @@ class Tape {
 
   // Forgets every node (Vars from before become invalid) but keeps their buffers for reuse.
   void clear() {
+    for (std::size_t i = 0; i < size_; ++i) release_grad(*nodes_[i]);
     size_ = 0;
     ++generation_;
   }
+
+  // Keep the gradients of intermediate results after backward() (for inspection and tests), at
+  // the cost of one gradient buffer per node. Off by default.
+  void set_retain_grads(bool on) { retain_grads_ = on; }
+  bool retain_grads() const { return retain_grads_; }
 
   // Number of nodes recorded since the last clear().
   std::size_t size() const { return size_; }
@@ -180,12 +194,21 @@ class Tape {
                "backward: the loss must have one element, got shape ", loss.shape());
     ATTN_CHECK(loss.requires_grad(), value_error,
                "backward: the loss does not depend on anything that requires a gradient");
-    for (std::size_t i = 0; i < size_; ++i)
-      if (!nodes_[i]->external) nodes_[i]->grad_live = false;
+    for (std::size_t i = 0; i < size_; ++i) {
+      release_grad(*nodes_[i]);
+      nodes_[i]->grad_freed = false;
+    }
     grad(loss.index())[0] += T{1};
     for (auto i = static_cast<std::int64_t>(loss.index()); i >= 0; --i) {
       Node<T>& n = *nodes_[static_cast<std::size_t>(i)];
-      if (n.requires_grad && n.grad_live && n.backward != nullptr) n.backward(*this, n);
+      if (n.requires_grad && n.grad_live && n.backward != nullptr) {
+        n.backward(*this, n);
+        // Nothing reads this gradient again: every contribution came from later nodes.
+        if (!retain_grads_) {
+          release_grad(n);
+          n.grad_freed = true;
+        }
+      }
     }
   }
 
@@ -203,6 +226,7 @@ class Tape {
     n.external = false;
     n.requires_grad = requires_grad && grad_enabled_;
     n.grad_live = false;
+    n.grad_freed = false;
     n.name = name;
     n.backward = nullptr;
     n.own_value.resize(shape);
@@ -232,14 +256,48 @@ class Tape {
   }
 
   // The gradient buffer of node `index` for accumulation (+=): zeroed on first use in a pass.
+  // Operations that write every element should use grad_write() instead, which skips the zeros.
   Tensor<T>& grad(std::int32_t index) {
     Node<T>& n = *nodes_[static_cast<std::size_t>(index)];
+    ATTN_CHECK(!n.grad_freed, value_error, "the gradient of '", n.name,
+               "' (an intermediate result) was released during backward(); call "
+               "Tape::set_retain_grads(true) before backward() to keep it");
     if (!n.grad_live) {
-      n.grad->resize(n.value->shape());
+      acquire_grad(n);
       n.grad->zero();
-      n.grad_live = true;
     }
     return *n.grad;
+  }
+
+  // Where an operation's backward writes its contribution to node `index`'s gradient: `data`
+  // holds numel elements; when `accumulate` is false this is the first contribution of the pass
+  // and the operation must overwrite every element (the buffer holds garbage, not zeros);
+  // otherwise it adds. Parameters always accumulate.
+  struct GradWrite {
+    T* data;
+    bool accumulate;
+  };
+  GradWrite grad_write(std::int32_t index) {
+    Node<T>& n = *nodes_[static_cast<std::size_t>(index)];
+    if (n.grad_live) return {n.grad->data(), true};
+    acquire_grad(n);
+    return {n.grad->data(), false};
+  }
+
+  // Gives node `to` the gradient buffer of node `from` (whose backward is running) as its first
+  // contribution, without copying: for operations whose gradient passes through unchanged in the
+  // same element order (reshape). False, and nothing done, when `to` already has a gradient, is
+  // a Parameter, `from` does not own its buffer, or gradients are retained (`from` keeps its own).
+  bool pass_grad(Node<T>& from, std::int32_t to) {
+    Node<T>& n = *nodes_[static_cast<std::size_t>(to)];
+    if (retain_grads_ || n.grad_live || n.external || from.external || !from.grad_live ||
+        from.own_grad.numel() != n.value->numel())
+      return false;
+    n.own_grad = std::move(from.own_grad);  // leaves `from` an empty tensor
+    n.own_grad.reshape(n.value->shape());
+    n.grad_live = true;
+    from.grad_live = false;
+    return true;
   }
 
   // Throws value_error when `v` does not belong to this tape's current generation.
@@ -258,10 +316,37 @@ class Tape {
     return *nodes_[size_++];
   }
 
+  // Gives n a gradient buffer of its value's size (contents unspecified) from the pool: one of
+  // exactly that many elements, or a new one. Exact sizes only: a step that records the same
+  // operations as the previous one then finds every buffer it needs, whatever order they come
+  // back in, and never allocates.
+  void acquire_grad(Node<T>& n) {
+    const index_t count = n.value->numel();
+    for (std::size_t i = 0; i < free_grads_.size(); ++i)
+      if (free_grads_[i].capacity() == count) {
+        n.own_grad = std::move(free_grads_[i]);
+        free_grads_[i] = std::move(free_grads_.back());
+        free_grads_.pop_back();
+        break;
+      }
+    n.own_grad.resize(n.value->shape());  // allocates only when nothing fitted
+    n.grad = &n.own_grad;
+    n.grad_live = true;
+  }
+
+  // Returns n's gradient buffer to the pool (Parameters keep theirs).
+  void release_grad(Node<T>& n) {
+    if (n.external) return;
+    n.grad_live = false;
+    if (n.own_grad.capacity() > 0) free_grads_.push_back(std::move(n.own_grad));
+  }
+
   std::vector<std::unique_ptr<Node<T>>> nodes_;
+  std::vector<Tensor<T>> free_grads_;  // gradient buffers not attached to a node
   std::size_t size_ = 0;
   std::uint32_t generation_ = 0;
   bool grad_enabled_ = true;
+  bool retain_grads_ = false;
 };
 
 // Disables recording of backward state on a tape for its lifetime (evaluation, sampling).

@@ -34,6 +34,14 @@ class io_error : public error {
   using error::error;
 };
 
+// A CUDA runtime or cuBLAS call failed (attn/cuda/): the message names the call and the error,
+// e.g. "cudaMalloc(&ptr, bytes) failed: out of memory (cudaErrorMemoryAllocation)". Declared
+// here, without CUDA headers, so code compiled without nvcc can catch it.
+class cuda_error : public error {
+ public:
+  using error::error;
+};
+
 namespace detail {
 
 // Concatenates any streamable arguments into one string: message("matmul: ", a, " x ", b).

@@ -130,6 +130,8 @@ class Tensor {
   index_t numel() const { return shape_.numel(); }
   index_t dim(int axis) const { return shape_.dim(axis); }
   bool empty() const { return numel() == 0; }
+  // Elements the buffer holds (>= numel(); resize() within it does not allocate).
+  index_t capacity() const { return capacity_; }
 
   // Gives the tensor a new shape; keeps the buffer when it is large enough (no allocation), so
   // the contents are unspecified afterwards. Use reshape() to keep the elements.

@@ -1,0 +1,582 @@
+// examples/birthplace: the XCS224N birth-place experiment with attn: pretrain a GPT on Wikipedia
+// text with span corruption, finetune it on "Where was X born?" pairs, evaluate exact-match
+// accuracy with greedy decoding, and the always-"London" baseline; vanilla, synthesizer or
+// negative-squared-Euclidean attention. Does not use a GPU nor tune anything by itself.
+#include <CLI/CLI.hpp>
+#include <attn/attn.hpp>
+#include <attn/io/checkpoint.hpp>
+#include <attn/io/io.hpp>
+#include <attn/optim/optim.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../common/plot.hpp"
+#include "../common/training.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using attn::index_t;
+using attn::Tensor;
+namespace nn = attn::nn;
+namespace io = attn::io;
+namespace optim = attn::optim;
+namespace data = attn::data;
+using examples::exact;
+using examples::format_duration;
+using examples::read_text;
+using examples::seconds_since;
+using examples::step_seed;
+
+constexpr const char* checkpoint_format = "attn.birthplace.v1";
+
+// ---- the attention variants ------------------------------------------------------------------
+
+const std::map<std::string, std::string> variant_help{
+    {"vanilla", "softmax(q.k / sqrt(d_h)), as minGPT's CausalSelfAttention"},
+    {"synthesizer", "dense synthesizer: softmax(ReLU(x A + b1) B + b2), no keys (ps5 part g)"},
+    {"euclidean", "softmax(-|q - k|^2), the Stolen Attention study's score"},
+};
+
+template <class F>
+int with_variant(const std::string& name, F&& f) {
+  if (name == "vanilla") return f.template operator()<examples::Standard>();
+  if (name == "synthesizer") return f.template operator()<examples::Synthesizer>();
+  if (name == "euclidean") return f.template operator()<examples::Euclidean>();
+  throw attn::value_error("birthplace: unknown variant '" + name + "'");
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+enum class Stage { pretrain, finetune };
+const char* stage_name(Stage s) {
+  return s == Stage::pretrain ? "pretrain" : "finetune";
+}
+
+struct Options {
+  // The model of a new run (a checkpoint brings its own).
+  std::string variant = "vanilla";
+  bool variant_given = false;
+  index_t layers = 4, heads = 8, embd = 256, block = 128;
+  double dropout = 0.1;
+  // Data.
+  std::string pretrain_corpus = "data/wiki.txt";
+  std::string finetune_corpus = "data/birth_places_train.tsv";
+  std::string eval_corpus = "data/birth_dev.tsv";
+  std::string outputs_path;
+  // Files.
+  std::string reading_params, writing_params, resume;
+  // The run; 0 means the stage's default (the problem set's hyper-parameters).
+  double epochs = 0, budget_minutes = 0, lr = 0;
+  index_t batch = 0, micro_batch = 0;
+  std::int64_t warmup_tokens = 512 * 20;
+  double grad_clip = 1.0, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
+  std::uint64_t seed = 1;
+  int threads = 2;
+  std::int64_t stop_at = 0, save_every = 0;
+};
+
+// The settings that fix a run's trajectory, saved in every checkpoint so that --resume continues
+// the same run.
+struct Run {
+  Stage stage = Stage::pretrain;
+  double epochs = 0, lr = 0, grad_clip = 0, weight_decay = 0, beta1 = 0, beta2 = 0;
+  index_t batch = 0, micro_batch = 0, examples = 0, block = 0;
+  std::int64_t warmup_tokens = 0, final_tokens = 0, save_every = 0;
+  std::uint64_t seed = 0;
+
+  std::int64_t steps_per_epoch() const { return (examples + batch - 1) / batch; }
+  std::int64_t total_steps() const {
+    return std::max<std::int64_t>(1, std::llround(epochs * double(steps_per_epoch())));
+  }
+  // Rows of step s: a batch of the epoch's order; the last batch of an epoch may be short.
+  index_t rows(std::int64_t step) const {
+    const index_t first = index_t(step % steps_per_epoch()) * batch;
+    return std::min(batch, examples - first);
+  }
+  // Tokens (rows × block, PAD included, as minGPT counts them) of the steps before `step`.
+  std::int64_t tokens_before(std::int64_t step) const {
+    const std::int64_t epoch = step / steps_per_epoch(), in = step % steps_per_epoch();
+    return (epoch * examples + std::min<std::int64_t>(in * batch, examples)) * block;
+  }
+};
+
+// Wall and CPU seconds a run has taken so far, over all its sessions.
+struct Spent {
+  double wall = 0, cpu = 0;
+};
+
+void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent) {
+  auto& m = file.metadata;
+  m["train.stage"] = stage_name(r.stage);
+  m["train.step"] = std::to_string(step);
+  m["train.elapsed_s"] = exact(spent.wall);
+  m["train.cpu_s"] = exact(spent.cpu);
+  m["train.epochs"] = exact(r.epochs);
+  m["train.lr"] = exact(r.lr);
+  m["train.grad_clip"] = exact(r.grad_clip);
+  m["train.weight_decay"] = exact(r.weight_decay);
+  m["train.beta1"] = exact(r.beta1);
+  m["train.beta2"] = exact(r.beta2);
+  m["train.batch"] = std::to_string(r.batch);
+  m["train.micro_batch"] = std::to_string(r.micro_batch);
+  m["train.examples"] = std::to_string(r.examples);
+  m["train.warmup_tokens"] = std::to_string(r.warmup_tokens);
+  m["train.final_tokens"] = std::to_string(r.final_tokens);
+  m["train.save_every"] = std::to_string(r.save_every);
+  m["train.seed"] = std::to_string(r.seed);
+}
+
+Run get_run(const io::Safetensors& file, const std::string& source, index_t block) {
+  const auto integer = [&](const char* key) { return io::metadata_int(file, key, source); };
+  const auto real = [&](const char* key) { return io::metadata_double(file, key, source); };
+  Run r;
+  const std::string& stage = io::metadata_string(file, "train.stage", source);
+  ATTN_CHECK(stage == "pretrain" || stage == "finetune", attn::io_error, source,
+             ": metadata train.stage = '", stage, "' is neither pretrain nor finetune");
+  r.stage = stage == "pretrain" ? Stage::pretrain : Stage::finetune;
+  r.epochs = real("train.epochs");
+  r.lr = real("train.lr");
+  r.grad_clip = real("train.grad_clip");
+  r.weight_decay = real("train.weight_decay");
+  r.beta1 = real("train.beta1");
+  r.beta2 = real("train.beta2");
+  r.batch = integer("train.batch");
+  r.micro_batch = integer("train.micro_batch");
+  r.examples = integer("train.examples");
+  r.warmup_tokens = integer("train.warmup_tokens");
+  r.final_tokens = integer("train.final_tokens");
+  r.save_every = integer("train.save_every");
+  r.seed = std::stoull(io::metadata_string(file, "train.seed", source));
+  r.block = block;
+  ATTN_CHECK(r.epochs > 0 && r.lr >= 0 && r.batch > 0 && r.micro_batch >= 0 && r.examples > 0 &&
+                 r.save_every > 0 && r.warmup_tokens >= 0 && r.final_tokens >= r.warmup_tokens &&
+                 r.grad_clip >= 0,
+             attn::io_error, source, ": the saved training settings are out of range");
+  return r;
+}
+
+io::Safetensors open_checkpoint(const std::string& path) {
+  return examples::open_checkpoint(path, checkpoint_format, "birthplace");
+}
+
+template <class Model, class Optimizer>
+void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
+                     const data::CharTokenizer& tok, const std::string& variant, const Run& run,
+                     std::int64_t step, Spent spent) {
+  io::Safetensors file;
+  io::put_parameters(file, model);
+  io::put_optimizer_state(file, opt);
+  io::put_gpt_config(file, model.config());
+  file.metadata["format"] = checkpoint_format;
+  file.metadata["variant"] = variant;
+  file.metadata["vocab"] = tok.vocabulary();
+  put_run(file, run, step, spent);
+  io::save_safetensors(path, file);
+}
+
+// The examples a stage trains on: span corruption of the pretraining documents, or QA pairs.
+// batch(seed, rows, x, y) fills x, y [rows.size(), T <= block] (the all-PAD tail trimmed); the
+// corruption draws come from the step's seed, so a step's batch depends only on (seed, step).
+struct StageData {
+  std::optional<data::SpanCorruption> corruption;
+  std::optional<data::QADataset> qa;
+
+  index_t size() const { return corruption ? corruption->size() : qa->size(); }
+  void batch(std::uint64_t step_seed_value, std::span<const index_t> rows, Tensor<std::int32_t>& x,
+             Tensor<std::int32_t>& y) const {
+    if (corruption) {
+      attn::Rng rng(step_seed_value);
+      corruption->batch(rows, rng, x, y);
+    } else {
+      qa->batch(rows, x, y);
+    }
+    data::trim_padding(x, y);  // the same loss and gradients, without the all-PAD tail
+  }
+};
+
+// ---- training (pretrain and finetune) --------------------------------------------------------
+
+// `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
+template <class Attn>
+int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
+  using Model = nn::GPT<Attn>;
+  attn::set_num_threads(o.threads);
+  const auto t_start = std::chrono::steady_clock::now();
+  const std::string source = !o.resume.empty() ? o.resume : o.reading_params;
+  const bool resuming = !o.resume.empty();
+
+  const std::string corpus = read_text(o.pretrain_corpus);
+  const data::CharTokenizer tok =
+      source.empty()
+          ? data::masked_vocabulary(corpus)
+          : data::CharTokenizer::from_vocabulary(io::metadata_string(source_file, "vocab", source));
+  std::string variant = o.variant;
+  nn::GPTConfig config;
+  if (!source.empty()) {
+    config = io::get_gpt_config(source_file, source);
+    variant = io::metadata_string(source_file, "variant", source);
+    ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error, "birthplace: ", source,
+               " holds a ", variant, " model, not ", o.variant);
+  } else {
+    config =
+        examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
+  }
+  const index_t block = config.block_size;
+
+  StageData examples_of;
+  if (stage == Stage::pretrain)
+    examples_of.corruption.emplace(tok, corpus, block);
+  else
+    examples_of.qa.emplace(tok, read_text(o.finetune_corpus), block, o.finetune_corpus);
+
+  Model model(config);
+  if (!source.empty()) io::get_parameters(source_file, model, source);
+  auto params = optim::parameters_of<float>(model);
+
+  // The run's settings: saved ones when resuming; otherwise the options over the stage defaults.
+  Run run;
+  std::int64_t start = 0;
+  Spent before;
+  if (resuming) {
+    run = get_run(source_file, source, block);
+    ATTN_CHECK(run.stage == stage, attn::value_error, "birthplace: ", source, " is a ",
+               stage_name(run.stage), " run; resume it with `birthplace ", stage_name(run.stage),
+               " --resume`");
+    ATTN_CHECK(run.examples == examples_of.size(), attn::value_error, "birthplace: ", source,
+               " was trained on ", run.examples, " examples, the data now has ",
+               examples_of.size());
+    start = io::metadata_int(source_file, "train.step", source);
+    before.wall = io::metadata_double(source_file, "train.elapsed_s", source);
+    before.cpu = io::metadata_double(source_file, "train.cpu_s", source);
+  } else {
+    const bool pretrained = stage == Stage::finetune && !o.reading_params.empty();
+    const double default_epochs = stage == Stage::pretrain ? 650 : pretrained ? 10 : 75;
+    run.stage = stage;
+    run.epochs = o.epochs > 0 ? o.epochs : default_epochs;
+    run.batch = o.batch > 0 ? o.batch : stage == Stage::pretrain ? 128 : 256;
+    run.micro_batch = o.micro_batch;
+    run.lr = o.lr > 0 ? o.lr : stage == Stage::pretrain ? 6e-3 : 6e-4;
+    run.grad_clip = o.grad_clip;
+    run.weight_decay = o.weight_decay;
+    run.beta1 = o.beta1;
+    run.beta2 = o.beta2;
+    run.examples = examples_of.size();
+    run.block = block;
+    run.warmup_tokens = o.warmup_tokens;
+    run.seed = o.seed;
+    run.save_every = o.save_every > 0 ? o.save_every : run.steps_per_epoch();
+    if (o.budget_minutes > 0) {
+      // Time a few steps of a throwaway copy of the run, then fit the epochs to the budget; the
+      // run itself is then exactly the run with that --epochs.
+      Model probe(config);
+      auto probe_params = optim::parameters_of<float>(probe);
+      optim::AdamW<float> probe_opt(probe_params, optim::AdamConfig{});
+      attn::Tape<float> tape;
+      Tensor<std::int32_t> x, y;
+      std::vector<index_t> rows(std::size_t(std::min(run.batch, run.examples)));
+      std::iota(rows.begin(), rows.end(), index_t{0});
+      double best = 1e300;
+      for (int i = 0; i < 3; ++i) {
+        const auto t = std::chrono::steady_clock::now();
+        examples_of.batch(std::uint64_t(i), rows, x, y);
+        examples::train_step(probe, tape, probe_opt, probe_params, x, y, data::pad_id, 0.0, 1.0,
+                             std::uint64_t(i), run.micro_batch);
+        if (i > 0) best = std::min(best, seconds_since(t));
+      }
+      const double steps = o.budget_minutes * 60 / best;
+      run.epochs = std::floor(steps / double(run.steps_per_epoch()) * 100) / 100;  // 2 decimals
+      run.epochs = std::max(run.epochs, 1.0 / double(run.steps_per_epoch()));      // >= 1 step
+      std::printf("budget %.1f min: %.2f s per step of %lld sequences -> %.2f epochs\n",
+                  o.budget_minutes, best, (long long)run.batch, run.epochs);
+    }
+    // minGPT's cosine ends at final_tokens = 200 · len(pretraining data) · block for the default
+    // epochs; it scales with --epochs so that a shorter run keeps the schedule's shape.
+    const double pretrain_documents = stage == Stage::pretrain
+                                          ? double(run.examples)
+                                          : double(data::SpanCorruption(tok, corpus, block).size());
+    run.final_tokens =
+        std::llround(200.0 * pretrain_documents * double(block) * run.epochs / default_epochs);
+    run.final_tokens = std::max(run.final_tokens, run.warmup_tokens);
+  }
+  const std::int64_t total = run.total_steps(), spe = run.steps_per_epoch();
+  const optim::MinGptTokenSchedule schedule{run.lr, run.warmup_tokens, run.final_tokens};
+
+  optim::AdamConfig ac;
+  ac.lr = run.lr;
+  ac.beta1 = run.beta1;
+  ac.beta2 = run.beta2;
+  ac.weight_decay = run.weight_decay;
+  optim::AdamW<float> opt(params, ac);
+  if (resuming) io::get_optimizer_state(source_file, opt, source);
+
+  const fs::path out = !o.writing_params.empty() ? fs::path(o.writing_params) : fs::path(o.resume);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
+  io::CsvLog log(log_path,
+                 {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"},
+                 resuming);
+
+  std::printf(
+      "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
+      "vocab %d, %lld parameters\n"
+      "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
+      "minGPT cosine over %lld tokens (warmup %lld); %d threads\n",
+      stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
+      (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
+      tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
+      (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
+      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads);
+  if (!o.reading_params.empty()) std::printf("  weights from %s\n", o.reading_params.c_str());
+  if (start > 0)
+    std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);
+  std::fflush(stdout);
+
+  examples::ProgressLine progress;
+  attn::Tape<float> tape;
+  Tensor<std::int32_t> x, y;
+  std::vector<index_t> order;
+  std::int64_t order_epoch = -1;
+  std::vector<double> curve_step, curve_loss;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = examples::process_cpu_seconds();
+  const auto spent = [&] {
+    return Spent{before.wall + seconds_since(t0),
+                 before.cpu + examples::process_cpu_seconds() - cpu0};
+  };
+  double loss = std::nan(""), epoch_loss = 0;
+  std::int64_t epoch_steps = 0;
+  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
+  for (std::int64_t step = start; step < end; ++step) {
+    const std::int64_t epoch = step / spe;
+    if (epoch != order_epoch) {  // each epoch visits every example once, in a seeded order
+      attn::Rng r(step_seed(run.seed, 3, epoch));
+      order = data::shuffled_indices(run.examples, r);
+      order_epoch = epoch;
+    }
+    const index_t first = index_t(step % spe) * run.batch;
+    const std::span<const index_t> rows(order.data() + first, std::size_t(run.rows(step)));
+    examples_of.batch(step_seed(run.seed, 1, step), rows, x, y);
+    const double lr = schedule(run.tokens_before(step));
+    const examples::StepResult r =
+        examples::train_step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
+                             step_seed(run.seed, 2, step), run.micro_batch);
+    loss = r.loss;
+    epoch_loss += r.loss;
+    ++epoch_steps;
+
+    const double elapsed = seconds_since(t0);
+    const double done = double(step + 1 - start), left = double(end - step - 1);
+    const double tokens_per_s = done * double(run.batch * block) / elapsed;
+    const Spent now = spent();
+    log.row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
+             tokens_per_s, now.wall, now.cpu});
+    curve_step.push_back(double(step + 1) / double(spe));
+    curve_loss.push_back(r.loss);
+    const bool last = step + 1 == end, epoch_end = (step + 1) % spe == 0;
+    if ((step + 1) % run.save_every == 0 || last)
+      save_checkpoint(out, model, opt, tok, variant, run, step + 1, now);
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
+                  double(step + 1) / double(spe), run.epochs, (long long)(step + 1),
+                  (long long)total, r.loss, epoch_loss / double(epoch_steps), lr, tokens_per_s);
+    progress.show(double(step + 1) / double(total), text, left * elapsed / done, epoch_end || last);
+    if (epoch_end) epoch_loss = 0, epoch_steps = 0;
+  }
+  progress.finish();
+
+  const Spent all = spent();
+  std::printf(
+      "%s: %lld steps in %s wall, %.0f CPU s (all sessions of this run: %s wall, %.0f CPU s), "
+      "final loss %.4f\n",
+      stage_name(stage), (long long)(end - start), format_duration(seconds_since(t0)).c_str(),
+      all.cpu - before.cpu, format_duration(all.wall).c_str(), all.cpu, loss);
+  if (end < total)
+    std::printf("stopped at step %lld of %lld; continue with `birthplace %s --resume %s`\n",
+                (long long)end, (long long)total, stage_name(stage), out.c_str());
+  char_gpt::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
+                      "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
+  std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
+  std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
+  return 0;
+}
+
+// ---- evaluation ------------------------------------------------------------------------------
+
+void report(const data::QAEvaluation& r, const Options& o) {
+  std::printf("Correct: %lld out of %lld: %.2f%%\n", (long long)r.correct, (long long)r.total,
+              100.0 * r.accuracy());
+  if (!o.outputs_path.empty()) {
+    io::write_file_atomically(o.outputs_path, data::predictions_text(r.predictions));
+    std::printf("predictions: %s\n", o.outputs_path.c_str());
+  }
+}
+
+template <class Attn>
+int evaluate(const Options& o, const io::Safetensors& file) {
+  attn::set_num_threads(o.threads);
+  nn::GPT<Attn> model(io::get_gpt_config(file, o.reading_params));
+  io::get_parameters(file, model, o.reading_params);
+  const auto tok =
+      data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.reading_params));
+  const data::QADataset qa(tok, read_text(o.eval_corpus), model.config().block_size, o.eval_corpus);
+  examples::ProgressLine progress;
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::QAEvaluation r = data::evaluate_greedy(model, tok, qa, [&](index_t done, index_t n) {
+    const double s = seconds_since(t0);
+    progress.show(double(done) / double(n),
+                  "question " + std::to_string(done) + "/" + std::to_string(n),
+                  s / double(done) * double(n - done), done == n);
+  });
+  progress.finish();
+  std::printf("%s on %s (%s attention), %.1f s\n", o.reading_params.c_str(), o.eval_corpus.c_str(),
+              io::metadata_string(file, "variant", o.reading_params).c_str(), seconds_since(t0));
+  report(r, o);
+  return 0;
+}
+
+// ---- the command line ------------------------------------------------------------------------
+
+void add_model_options(CLI::App* cmd, Options& o, std::string& choices) {
+  cmd->add_option("--variant", o.variant, "attention variant:" + choices)
+      ->check(CLI::IsMember({"vanilla", "synthesizer", "euclidean"}));
+  cmd->add_option("--layers", o.layers, "transformer blocks (new models)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--heads", o.heads, "attention heads; d_h = embd / heads (new models)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--embd", o.embd, "model width (new models)")->check(CLI::Range(1, 8192));
+  cmd->add_option("--block", o.block, "context length (new models)")->check(CLI::Range(8, 8192));
+  cmd->add_option("--dropout", o.dropout, "dropout of embeddings, residuals, attention")
+      ->check(CLI::Range(0.0, 0.95));
+}
+
+void add_run_options(CLI::App* cmd, Options& o) {
+  cmd->add_option("--pretrain-corpus", o.pretrain_corpus,
+                  "pretraining text, one document per line (defines the vocabulary)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option(
+      "--writing-params", o.writing_params,
+      "checkpoint to write (its log goes to <file>.log.csv, its plot to <file>.loss.svg)");
+  cmd->add_option("--resume", o.resume, "continue the interrupted run saved in this checkpoint")
+      ->check(CLI::ExistingFile);
+  cmd->add_option(
+         "--epochs", o.epochs,
+         "passes over the data (default: the problem set's: pretrain 650, finetune 75, or 10 "
+         "with --reading-params); the cosine schedule scales with it")
+      ->check(CLI::Range(1e-6, 1e6));
+  cmd->add_option("--budget-minutes", o.budget_minutes,
+                  "choose --epochs so that training takes about this long (timed on 3 steps)")
+      ->check(CLI::Range(1e-3, 1e6))
+      ->excludes("--epochs");
+  cmd->add_option("--batch", o.batch, "sequences per step (default: pretrain 128, finetune 256)")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--micro-batch", o.micro_batch,
+                  "run each step's sequences this many at a time (gradient accumulation: the same "
+                  "step in less memory; 0 = all at once)")
+      ->check(CLI::Range(0, 65536));
+  cmd->add_option("--lr", o.lr, "peak learning rate (default: pretrain 6e-3, finetune 6e-4)")
+      ->check(CLI::Range(1e-9, 10.0));
+  cmd->add_option("--warmup-tokens", o.warmup_tokens, "linear warmup over this many tokens")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
+  cmd->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices)")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--seed", o.seed,
+                  "seed of the weights, the example order and corruption, dropout");
+  cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--save-every", o.save_every, "steps between checkpoints (default: every epoch)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  cmd->add_option("--stop-at", o.stop_at,
+                  "end this session after this many steps; --resume continues the same run")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "birthplace: pretrain a GPT with span corruption, finetune it to answer \"Where was X "
+      "born?\", evaluate it (XCS224N ps5 with attn)"};
+  app.require_subcommand(1);
+  Options o;
+  std::string choices;
+  for (const auto& [name, help] : variant_help) choices += "\n  " + name + ": " + help;
+
+  CLI::App* pretrain =
+      app.add_subcommand("pretrain", "pretrain on the corpus with span corruption");
+  add_model_options(pretrain, o, choices);
+  add_run_options(pretrain, o);
+
+  CLI::App* finetune =
+      app.add_subcommand("finetune",
+                         "finetune on question/answer pairs (from scratch, or from "
+                         "--reading-params)");
+  add_model_options(finetune, o, choices);
+  add_run_options(finetune, o);
+  finetune->add_option("--reading-params", o.reading_params, "pretrained checkpoint to start from")
+      ->check(CLI::ExistingFile)
+      ->excludes("--resume");
+  finetune->add_option("--finetune-corpus", o.finetune_corpus, "TSV: question<TAB>place")
+      ->check(CLI::ExistingFile);
+
+  CLI::App* evaluate_cmd =
+      app.add_subcommand("evaluate", "greedy answers to a TSV's questions: exact-match accuracy");
+  evaluate_cmd->add_option("--reading-params", o.reading_params, "finetuned checkpoint")
+      ->required()
+      ->check(CLI::ExistingFile);
+  evaluate_cmd->add_option("--variant", o.variant, "check that the checkpoint is of this variant")
+      ->check(CLI::IsMember({"vanilla", "synthesizer", "euclidean"}));
+  evaluate_cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+
+  CLI::App* london = app.add_subcommand("london", "accuracy of answering \"London\" every time");
+  london->add_option("--pretrain-corpus", o.pretrain_corpus, "text that defines the vocabulary")
+      ->check(CLI::ExistingFile);
+  for (CLI::App* cmd : {evaluate_cmd, london}) {
+    cmd->add_option("--eval-corpus", o.eval_corpus, "TSV: question<TAB>place")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--outputs-path", o.outputs_path, "write the predictions here, one per line");
+  }
+
+  CLI11_PARSE(app, argc, argv);
+  return examples::exit_status_of([&] {
+    for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
+      if (*cmd) o.variant_given = cmd->count("--variant") > 0;
+    if (*pretrain || *finetune) {
+      const Stage stage = *pretrain ? Stage::pretrain : Stage::finetune;
+      ATTN_CHECK(!o.writing_params.empty() || !o.resume.empty(), attn::value_error, "birthplace ",
+                 stage_name(stage), ": give --writing-params (or --resume)");
+      std::string variant = o.variant;
+      const std::string& source = !o.resume.empty() ? o.resume : o.reading_params;
+      io::Safetensors file;
+      if (!source.empty()) {
+        file = open_checkpoint(source);
+        variant = io::metadata_string(file, "variant", source);
+      }
+      return with_variant(variant, [&]<class Attn>() { return train<Attn>(o, stage, file); });
+    }
+    if (*evaluate_cmd) {
+      const io::Safetensors file = open_checkpoint(o.reading_params);
+      const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
+      ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error,
+                 "birthplace: ", o.reading_params, " holds a ", variant, " model, not ", o.variant);
+      return with_variant(variant, [&]<class Attn>() { return evaluate<Attn>(o, file); });
+    }
+    const data::CharTokenizer tok = data::masked_vocabulary(read_text(o.pretrain_corpus));
+    const data::QADataset qa(tok, read_text(o.eval_corpus), 1 << 20, o.eval_corpus);
+    std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
+    report(data::evaluate_constant(qa, "London"), o);
+    return 0;
+  });
+}
