@@ -405,8 +405,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
   if (end < total)
     std::printf("stopped at step %lld of %lld; continue with `birthplace %s --resume %s`\n",
                 (long long)end, (long long)total, stage_name(stage), out.c_str());
-  char_gpt::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
-                      "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
+  plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
+                  "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
   std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
   std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
   return 0;

@@ -217,7 +217,7 @@ std::vector<Row> read_rows(const std::string& csv) {
   return rows;
 }
 
-int plot(const std::vector<std::string>& csvs, const std::string& out) {
+int plot_curves(const std::vector<std::string>& csvs, const std::string& out) {
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
   std::vector<plot::Curve> curves;
   for (std::size_t c = 0; c < csvs.size(); ++c) {
@@ -238,7 +238,7 @@ int plot(const std::vector<std::string>& csvs, const std::string& out) {
           {model + " exact", colors[c % 5], {curve.x.front(), curve.x.back()}, {exact, exact}});
   }
   plot::write_svg(out, "validation loss of OVO-r (top-r weights) by kernel", "log2 r",
-                      "loss (nats / character)", curves);
+                  "loss (nats / character)", curves);
   std::printf("wrote %s\n", out.c_str());
   return 0;
 }
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*plot_cmd) return plot(csvs, svg);
+    if (*plot_cmd) return plot_curves(csvs, svg);
     const io::Safetensors file = examples::open_checkpoint(e.checkpoint);
     return examples::with_attention(io::metadata_string(file, "attention", e.checkpoint),
                                     [&]<class Attn>() { return evaluate<Attn>(e, file); });

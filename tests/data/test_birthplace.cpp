@@ -468,8 +468,8 @@ InventedWorld invent_world(std::uint64_t seed, int people, int places) {
 }
 
 // `steps` AdamW steps (β₂ 0.99, no weight decay, gradient clip 1) at `lr` (after a linear warmup
-// over `warmup` steps) on batches of 32 examples, the rows drawn from `rng`; `fill(rows, rng, x, y)`
-// makes the batch.
+// over `warmup` steps) on batches of 32 examples, the rows drawn from `rng`; `fill(rows, rng, x,
+// y)` makes the batch.
 template <class Model, class Fill>
 void train_steps(Model& model, int steps, int warmup, double lr, attn::Rng& rng, Fill&& fill) {
   auto params = attn::optim::parameters_of<float>(model);
@@ -494,7 +494,11 @@ void train_steps(Model& model, int steps, int warmup, double lr, attn::Rng& rng,
 
 }  // namespace
 
-TEST_CASE("pretraining on invented facts lets the finetuned model answer held-out people") {
+// 600 pretraining steps: at 450 the pretrained model still answers only 6 of 16 (measured), at 600
+// all 16 (with d_model 48: 11). 33 s wall on one core of the loaded dev machine (load 7), in
+// the ci build; skipped under ASan.
+TEST_CASE("pretraining on invented facts lets the finetuned model answer held-out people" *
+          doctest::skip(attn::test::under_sanitizer)) {
   // 48 people in 8 places; 16 held out. Pretraining: span corruption of the 48 documents.
   // Finetuning: the 32 training QA pairs, briefly after pretraining (as the problem set's 10
   // epochs after 650), long enough from scratch to answer the training questions. Without
@@ -504,7 +508,8 @@ TEST_CASE("pretraining on invented facts lets the finetuned model answer held-ou
   const CharTokenizer tok = attn::data::masked_vocabulary(w.corpus);
   const index_t block = 64;
   const SpanCorruption pretraining(tok, w.corpus, block);
-  const QADataset train(tok, w.train_tsv, block, "train"), heldout(tok, w.heldout_tsv, block, "held");
+  const QADataset train(tok, w.train_tsv, block, "train"),
+      heldout(tok, w.heldout_tsv, block, "held");
   REQUIRE(train.size() == 32);
   REQUIRE(heldout.size() == 16);
 
@@ -513,7 +518,7 @@ TEST_CASE("pretraining on invented facts lets the finetuned model answer held-ou
   c.block_size = block;
   c.layers = 2;
   c.heads = 4;
-  c.d_model = PLACEHOLDER_D;
+  c.d_model = 64;
   c.seed = 1;
   const auto random_rows = [](std::vector<index_t>& rows, attn::Rng& rng, index_t n) {
     for (index_t& r : rows) r = index_t(rng.uniform_int(std::uint64_t(n)));
@@ -531,7 +536,7 @@ TEST_CASE("pretraining on invented facts lets the finetuned model answer held-ou
 
   nn::GPT<TestAttn> pretrained(c);
   attn::Rng rng_pretrained(8);
-  train_steps(pretrained, PLACEHOLDER_PRE, 20, 5e-3, rng_pretrained, corrupt);
+  train_steps(pretrained, 600, 20, 5e-3, rng_pretrained, corrupt);
   train_steps(pretrained, 20, 0, 1e-3, rng_pretrained, qa);
   nn::GPT<TestAttn> scratch(c);
   attn::Rng rng_scratch(8);
