@@ -3,10 +3,21 @@
 // forward+backward, with GFLOP/s next to this machine's SGEMM rate measured in the same run.
 //
 //   bench_attention [--threads N] [--lengths 256,1024,2048,4096] [--reps R]
+//   bench_attention --memory T [--threads N]
+//   bench_attention --plans [--threads N] [--lengths ...] [--reps R]
 //
 // FLOPs counted as 4·T²·Dh·H for the full forward (two GEMMs) and half that when causal; the
-// backward is not counted (forward+backward columns are times only).
+// backward is not counted (forward+backward columns are times only). --memory measures, first
+// thing in a fresh process, how far one fused forward (no gradient) and then one materialised
+// forward raise the peak resident set (getrusage ru_maxrss) above the inputs. --plans times the
+// fused forward + backward under each forced backward plan (weights saved or recomputed x one
+// pass or two), in interleaved rounds (per round and plan: one untimed call, then a timed one, so
+// each plan is timed with the buffers its own previous step left, as in training; median per
+// plan), so load that changes during the run affects them alike.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <array>
 #include <attn/attn.hpp>
 #include <chrono>
 #include <cstdio>
@@ -36,18 +47,28 @@ double median_ms(int reps, F&& f) {
 double sgemm_gflops(int reps) {
   const attn::index_t n = 2048;
   attn::Rng rng(1);
-  const auto a = attn::Tensor<float>::randn({n, n}, rng), b = attn::Tensor<float>::randn({n, n}, rng);
+  const auto a = attn::Tensor<float>::randn({n, n}, rng),
+             b = attn::Tensor<float>::randn({n, n}, rng);
   attn::Tensor<float> c({n, n});
-  const double ms = median_ms(reps, [&] { attn::gemm(a.data(), false, b.data(), false, c.data(), n, n, n); });
+  const double ms =
+      median_ms(reps, [&] { attn::gemm(a.data(), false, b.data(), false, c.data(), n, n, n); });
   return 2.0 * n * n * n / (ms * 1e6);
+}
+
+constexpr attn::index_t B = 1, H = 8, Dh = 64;
+
+// Random normal q, k, v [B, H, T, Dh].
+std::array<attn::Tensor<float>, 3> inputs(attn::index_t T) {
+  attn::Rng rng(2);
+  return {attn::Tensor<float>::randn({B, H, T, Dh}, rng),
+          attn::Tensor<float>::randn({B, H, T, Dh}, rng),
+          attn::Tensor<float>::randn({B, H, T, Dh}, rng)};
 }
 
 template <class Mask>
 void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
-  const attn::index_t B = 1, H = 8, Dh = 64;
-  attn::Rng rng(2);
-  const auto q = attn::Tensor<float>::randn({B, H, T, Dh}, rng), k = attn::Tensor<float>::randn({B, H, T, Dh}, rng),
-             v = attn::Tensor<float>::randn({B, H, T, Dh}, rng);
+  const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
+  const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
   auto time = [&](attn::AttentionPath path, bool backward) {
     attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, Mask> op;
@@ -59,15 +80,86 @@ void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
       if (backward) tape.backward(attn::sum(o));
     });
   };
-  const double flops = 4.0 * double(T) * double(T) * Dh * H * (std::is_same_v<Mask, attn::mask::Causal> ? 0.5 : 1.0);
+  const double flops =
+      4.0 * double(T) * double(T) * Dh * H * (std::is_same_v<Mask, attn::mask::Causal> ? 0.5 : 1.0);
   const double fused = time(attn::AttentionPath::automatic, false);
   const double fused_bw = time(attn::AttentionPath::automatic, true);
   const bool run_plain = T <= 4096;
   const double plain = run_plain ? time(attn::AttentionPath::materialized, false) : 0;
   const double plain_bw = run_plain ? time(attn::AttentionPath::materialized, true) : 0;
   std::printf("%6lld %-7s | %9.1f %7.1f %5.0f%% | %9.1f | %9.1f %7.1f | %9.1f | %5.2fx %5.2fx\n",
-              static_cast<long long>(T), mask_name, fused, flops / (fused * 1e6), 100 * flops / (fused * 1e6) / gemm_rate,
-              fused_bw, plain, flops / (plain * 1e6), plain_bw, plain / fused, plain_bw / fused_bw);
+              static_cast<long long>(T), mask_name, fused, flops / (fused * 1e6),
+              100 * flops / (fused * 1e6) / gemm_rate, fused_bw, plain, flops / (plain * 1e6),
+              plain_bw, plain / fused, plain_bw / fused_bw);
+}
+
+// Forward + backward of the fused path under each of the four forced backward plans.
+template <class Mask>
+void run_plans(attn::index_t T, int reps, const char* mask_name) {
+  const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
+  const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
+  attn::Tape<float> tape;
+  const std::array<attn::AttentionBackward, 4> plans = {{
+      {attn::BackwardWeights::saved, attn::BackwardPasses::single},
+      {attn::BackwardWeights::saved, attn::BackwardPasses::two},
+      {attn::BackwardWeights::recomputed, attn::BackwardPasses::single},
+      {attn::BackwardWeights::recomputed, attn::BackwardPasses::two},
+  }};
+  auto step = [&](const attn::AttentionBackward& plan) {
+    attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, Mask> op;
+    op.backward = plan;
+    tape.clear();
+    auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
+    tape.backward(attn::sum(op(qv, kv, vv)));
+  };
+  std::array<std::vector<double>, 4> t;
+  for (int r = 0; r < reps; ++r)
+    for (std::size_t p = 0; p < plans.size(); ++p) {
+      step(plans[p]);  // untimed: the tape's buffers now fit this plan
+      const auto t0 = Clock::now();
+      step(plans[p]);
+      t[p].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  std::printf("%6lld %-7s |", static_cast<long long>(T), mask_name);
+  for (auto& x : t) {
+    std::sort(x.begin(), x.end());
+    std::printf(" %13.1f", x[x.size() / 2]);
+  }
+  std::printf("\n");
+}
+
+// Peak resident set of this process so far, in MiB (Linux reports ru_maxrss in KiB).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+int memory(attn::index_t T) {
+  const auto in = inputs(T);
+  const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
+  attn::Tape<float> tape;
+  auto qv = tape.leaf(q), kv = tape.leaf(k), vv = tape.leaf(v);
+  const double mib = 1.0 / (1024.0 * 1024.0), base = peak_rss_mib();
+  attn::Attention<> op;
+  const double out = op(qv, kv, vv).value()[0];
+  const double fused = peak_rss_mib();
+  op.path = attn::AttentionPath::materialized;
+  const double out2 = op(qv, kv, vv).value()[0];
+  const double plain = peak_rss_mib();
+  std::printf(
+      "T = %lld, B = 1, H = 8, Dh = 64, float, %d threads; q, k, v and their tape copies: %.1f "
+      "MiB, peak RSS "
+      "before the first forward %.1f MiB\n",
+      static_cast<long long>(T), attn::num_threads(), 6.0 * double(B * H * T * Dh) * 4 * mib, base);
+  std::printf(
+      "  fused forward raised the peak by %.1f MiB (its output alone: %.1f MiB; one [T, T] float "
+      "matrix: "
+      "%.1f MiB)\n",
+      fused - base, double(B * H * T * Dh) * 4 * mib, double(T) * double(T) * 4 * mib);
+  std::printf("  materialised forward raised it by a further %.1f MiB (o[0] = %g, %g)\n",
+              plain - fused, out, out2);
+  return 0;
 }
 
 }  // namespace
@@ -75,10 +167,16 @@ void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   std::vector<attn::index_t> lengths{256, 1024, 2048, 4096};
+  attn::index_t memory_length = 0;
+  bool plans = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
+    } else if (a == "--plans") {
+      plans = true;
+    } else if (a == "--memory" && i + 1 < argc) {
+      memory_length = std::atoll(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--lengths" && i + 1 < argc) {
@@ -88,15 +186,35 @@ int main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--lengths 256,1024] [--reps R]\n", argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--plans] [--threads N] [--lengths 256,1024] [--reps R] | --memory T\n",
+          argv[0]);
       return 2;
     }
   }
   attn::set_num_threads(threads);
+  if (memory_length > 0) return memory(memory_length);
+  if (plans) {
+    std::printf(
+        "fused attention forward + backward (ms, median of %d interleaved rounds) by backward "
+        "plan, float, B = 1, H = 8, Dh = 64, %d threads\n",
+        reps, threads);
+    std::printf("     T mask    |   saved 1-pass  saved 2-pass recomp 1-pass recomp 2-pass\n");
+    for (const attn::index_t t : lengths) {
+      run_plans<attn::mask::None>(t, reps, "none");
+      run_plans<attn::mask::Causal>(t, reps, "causal");
+    }
+    return 0;
+  }
   const double rate = sgemm_gflops(reps);
-  std::printf("attention, float, B = 1, H = 8, Dh = 64, %d threads; SGEMM (attn::gemm, n = 2048): %.1f GFLOP/s\n",
-              threads, rate);
-  std::printf("     T mask    |  fused ms  GFLOP/s %%GEMM | fused f+b | plain ms GFLOP/s | plain f+b | speedup fwd, f+b\n");
+  std::printf(
+      "attention, float, B = 1, H = 8, Dh = 64, %d threads; SGEMM (attn::gemm, n = 2048): %.1f "
+      "GFLOP/s\n",
+      threads, rate);
+  std::printf(
+      "     T mask    |  fused ms  GFLOP/s %%GEMM | fused f+b | plain ms GFLOP/s | plain f+b | "
+      "speedup fwd, f+b\n");
   for (const attn::index_t t : lengths) {
     run<attn::mask::None>(t, reps, "none", rate);
     run<attn::mask::Causal>(t, reps, "causal", rate);

@@ -69,8 +69,9 @@ double tolerance() {
 }
 
 // The sizes every combination runs at: one position; a small grouped-query case with Tq != Tk
-// (finite differences run here); lengths that are not multiples of the 64-wide tiles; and a
-// grouped-query batch over two query tiles.
+// (finite differences run here); lengths that are not multiples of the tile sizes; and a
+// grouped-query batch. (Lengths over several 128-wide tiles, every backward plan: see
+// test_online_softmax.cpp.)
 struct Size {
   index_t B, H, Hk, Tq, Tk, Dh, Dv;
 };

@@ -173,8 +173,11 @@ TEST_CASE(
   // The weights and output it was shown are the reference formula's on the q, k, v it was shown.
   const auto ref = attn::reference_attention(seen.q, seen.k, seen.v, score::NegSqEuclidean{},
                                              kernel::Softmax{}, mask::Causal{});
+  // Float against the double reference: the fused path forms the scores as 2 q·k − ‖k‖² (‖q‖²
+  // cancels in softmax), which round at the scale of the scores, not of the output; the output
+  // was 5e-7 to 1.1e-6 from the reference here, old and new tile kernels, by build flags.
   CHECK(attn::max_abs_diff(seen.weights, ref.weights) < 1e-6);
-  CHECK(attn::max_abs_diff(seen.output, ref.out) < 1e-6);
+  CHECK(attn::max_abs_diff(seen.output, ref.out) < 4e-6);
 
   // Replacing the heads' output by zeros leaves only the output projection's bias.
   for (index_t i = 0; i < mha.out_proj.bias.value.numel(); ++i)

@@ -42,7 +42,8 @@ struct Attention {
   Kernel kernel{};
   Mask mask{};
   AttentionPath path = AttentionPath::automatic;
-  AttentionDropout dropout{};  // on the weights; set p = 0 (or a new seed per step) as needed
+  AttentionDropout dropout{};    // on the weights; set p = 0 (or a new seed per step) as needed
+  AttentionBackward backward{};  // how the fused path's backward runs (default: by shape)
 
   // True when this combination runs in O(T) memory and time per query row (no T x T matrix).
   static constexpr bool linear_path = Kernel::feature_map && (std::is_same_v<Mask, mask::None> ||
@@ -80,7 +81,7 @@ struct Attention {
                                           Score::beta_k};
       if constexpr (std::is_same_v<Kernel, kernel::Softmax>) {
         if (path == AttentionPath::automatic)
-          return online_softmax_attention(q, k, v, score, mask, weights, dropout);
+          return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward);
         return materialized_attention(q, k, v, form, kernel, mask, weights, dropout);
       } else {
         return materialized_attention(q, k, v, form, kernel, mask, weights, dropout);

@@ -1,7 +1,9 @@
 // attn/attention/online_softmax.hpp: softmax attention computed tile by tile with a running
 // max and sum (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022), so the Tq x Tk
-// weight matrix is never stored. Backward recomputes each tile's weights from the saved
-// log-sum-exp. Whole tiles that the mask rules out are skipped (causal: about half).
+// weight matrix is never stored unless it is small enough to keep for backward. Backward
+// recomputes each tile's weights from the saved log-sum-exp (or reads the kept ones), in one
+// pass per (batch, key/value head) or two passes, chosen by shape. Whole tiles that the mask
+// rules out are skipped (causal: about half). Tile products run on tile_gemm.hpp's kernels.
 // Does not support score kernels other than exp; see materialized.hpp for those.
 //
 // Shapes: q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv] -> o [B, H, Tq, Dv], where
@@ -12,18 +14,22 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "../autodiff/autodiff.hpp"
 #include "mask.hpp"
 #include "score.hpp"
+#include "tile_gemm.hpp"
 
 namespace attn {
 
 namespace detail {
 
-// Tile sizes; fixed, so results do not depend on the thread count.
-inline constexpr index_t attn_query_tile = 64;
-inline constexpr index_t attn_key_tile = 64;
+// Tile sizes; fixed, so results do not depend on the thread count. 128 x 128 float tiles (64 KiB
+// of scores) sit in L2; against 64 x 64 they halve the rescaling steps and kernel calls per
+// score.
+inline constexpr index_t attn_query_tile = 128;
+inline constexpr index_t attn_key_tile = 128;
 
 struct AttentionGeometry {
   index_t B = 0, H = 0, Hk = 0, Tq = 0, Tk = 0, Dh = 0, Dv = 0;
@@ -93,58 +99,156 @@ AttentionGeometry checked_geometry(const Var<T>& q, const Var<T>& k, const Var<T
   return attention_geometry(q.shape(), k.shape(), v.shape(), op);
 }
 
-// S = alpha Q Kᵀ + beta_k ‖k‖² for one tile, with masked entries set to −∞. (beta_q ‖q‖² is
-// the same for every key of a row and cancels in softmax, so it is left out here and in the
-// saved log-sum-exp alike.) Returns false when the mask rules out the whole tile.
-template <class T, ScorePolicy Score, MaskPolicy Mask>
-bool score_tile(const Score& score, const Mask& mask, const AttentionGeometry& g, const T* q,
-                const T* k, index_t b, index_t h, index_t i0, index_t br, index_t j0, index_t bc,
-                Mat<T>& s) {
-  const TileKind kind = mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
-  if (kind == TileKind::none) return false;
-  const index_t hk = h / g.group();
-  Eigen::Map<const Mat<T>> Q(q + g.q_off(b, h, i0), br, g.Dh);
-  Eigen::Map<const Mat<T>> K(k + g.k_off(b, hk, j0), bc, g.Dh);
-  s.resize(br, bc);
-  s.noalias() = Q * K.transpose();
-  s *= static_cast<T>(score.alpha(g.Dh));
-  if constexpr (Score::beta_k != 0) {
-    const Col<T> kn = K.rowwise().squaredNorm();
-    s.rowwise() += static_cast<T>(Score::beta_k) * kn.transpose();
-  }
-  if (kind == TileKind::partial) {
-    constexpr T ninf = -std::numeric_limits<T>::infinity();
-    for (index_t i = 0; i < br; ++i)
-      for (index_t j = 0; j < bc; ++j)
-        if (!mask.allowed(b, i0 + i, j0 + j, g.Tq, g.Tk)) s(i, j) = ninf;
-  }
-  return true;
-}
+}  // namespace detail
 
-// row ← exp(row − shift), with −∞ (masked) entries exactly 0. (Eigen's vectorised exp returns a
-// tiny denormal, not 0, for −∞; a fully masked row would otherwise average its values.)
-template <class Row, class T>
-void masked_exp(Row&& row, T shift) {
-  constexpr T ninf = -std::numeric_limits<T>::infinity();
-  row = (row.array() == ninf).select(T{0}, (row.array() - shift).exp());
-}
+// How backward gets the attention weights P and how it walks the tiles. `automatic` decides by
+// shape alone (never by thread count, so results do not depend on it):
+//   weights: saved by the forward when a gradient is needed and B·H·Tq·Tk <=
+//            attn_saved_weights_limit, else recomputed per tile from the saved log-sum-exp;
+//   passes:  one pass per (batch, key/value head) when B·Hk >= attn_single_pass_min_tasks, else
+//            two passes (dQ by query tile, then dK and dV by key tile: more parallel tasks).
+// The forced choices exist for tests and benchmarks; they change rounding, not results.
+enum class BackwardWeights { automatic, saved, recomputed };
+enum class BackwardPasses { automatic, single, two };
+struct AttentionBackward {
+  BackwardWeights weights = BackwardWeights::automatic;
+  BackwardPasses passes = BackwardPasses::automatic;
+};
 
-// Replaces each score by exp(s − lse_row) (the attention weight); −∞ scores give 0.
+// Weights are kept for backward up to this many elements B·H·Tq·Tk (16 MiB in float): GPT
+// training at block 128 (B = 32, 8 heads) is exactly this size.
+inline constexpr index_t attn_saved_weights_limit = index_t{1} << 22;
+// The single-pass backward has B·Hk parallel tasks; below this count it would idle threads.
+inline constexpr index_t attn_single_pass_min_tasks = 4;
+
+namespace detail {
+
+static_assert(attn_key_tile % packet_size<float> == 0 && attn_key_tile % packet_size<double> == 0,
+              "attn: the key tile must be a whole number of packets");
+
+// Operand copies one call lays out before its tiles run (all O(T·d)); kept per calling thread
+// and reused, so a steady-state training step does not allocate.
 template <class T>
-void weights_from_lse(Mat<T>& s, const T* lse) {
-  for (index_t i = 0; i < s.rows(); ++i) {
-    const T l = lse[i];
-    if (l == -std::numeric_limits<T>::infinity())
-      s.row(i).setZero();
-    else
-      masked_exp(s.row(i), l);
-  }
+struct AttentionLayout {
+  std::vector<T> kt, vt, kpad, vpad, qpad, dopad, kbias;
+};
+
+template <class T>
+AttentionLayout<T>& attention_layout() {
+  thread_local AttentionLayout<T> layout;
+  return layout;
 }
+
+// Rows [n, d] as a B operand of tile_gemm: the source itself when d is whole packets, else a
+// copy with rows packet_round(d) apart and zero padding.
+template <class T>
+struct RowsView {
+  const T* data;
+  index_t ld;
+  const T* row(index_t r) const { return data + r * ld; }
+};
+
+template <class T>
+RowsView<T> padded_rows(const T* src, index_t n, index_t d, std::vector<T>& buf) {
+  const index_t ld = packet_round<T>(d);
+  if (ld == d) return {src, d};
+  buf.assign(static_cast<std::size_t>(n * ld), T{0});
+  for (index_t r = 0; r < n; ++r) std::copy_n(src + r * d, d, buf.data() + r * ld);
+  return {buf.data(), ld};
+}
+
+// Key-side rows [B, Hk, Tk, d] transposed tile by tile: panel (b, hk, j0) is [d, attn_key_tile]
+// with element (c, jj) = src[b, hk, j0 + jj, c] and zeros past Tk. The B operand of Q Kᵀ and
+// dO Vᵀ, laid out once per call instead of once per tile product.
+template <class T>
+struct KeyPanels {
+  const T* data = nullptr;
+  index_t d = 0, tiles = 0;
+  const T* panel(const AttentionGeometry& g, index_t b, index_t hk, index_t j0) const {
+    return data + ((b * g.Hk + hk) * tiles + j0 / attn_key_tile) * d * attn_key_tile;
+  }
+};
+
+template <class T>
+KeyPanels<T> pack_key_panels(const T* src, const AttentionGeometry& g, index_t d,
+                             std::vector<T>& buf) {
+  const index_t tiles = block_count(g.Tk, attn_key_tile);
+  buf.resize(static_cast<std::size_t>(g.B * g.Hk * tiles * d * attn_key_tile));
+  parallel_for(g.B * g.Hk * tiles, 2.0 * double(d * attn_key_tile), [&](index_t t) {
+    const index_t bh = t / tiles, j0 = (t % tiles) * attn_key_tile;
+    const index_t bc = std::min(attn_key_tile, g.Tk - j0);
+    const T* s = src + (bh * g.Tk + j0) * d;
+    T* p = buf.data() + t * d * attn_key_tile;
+    for (index_t jj = 0; jj < bc; ++jj)  // rows of src read in order; d lines written stay in L1
+      for (index_t c = 0; c < d; ++c) p[c * attn_key_tile + jj] = s[jj * d + c];
+    for (index_t c = 0; c < d; ++c)
+      std::fill(p + c * attn_key_tile + bc, p + (c + 1) * attn_key_tile, T{0});
+  });
+  return {buf.data(), d, tiles};
+}
+
+// Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² (beta_q ‖q‖² is the same for every key of a row and
+// cancels in softmax, so it is left out here and in the saved log-sum-exp alike).
+template <class T, MaskPolicy Mask>
+struct ScoreTiles {
+  const Mask& mask;
+  const AttentionGeometry& g;
+  const T* q;
+  KeyPanels<T> kt;
+  const T* kbias;  // beta_k ‖k_j‖² per (b, hk, j), or null when beta_k = 0
+  T alpha;
+
+  // Rows [i0, i0 + br) of head (b, h) against keys [j0, j0 + bc) into s (rows lds apart), masked
+  // entries −∞, each row's maximum into rmax. False, and nothing written, when the mask rules
+  // out the whole tile.
+  bool operator()(index_t b, index_t h, index_t i0, index_t br, index_t j0, index_t bc, T* s,
+                  index_t lds, T* rmax) const {
+    const TileKind kind = mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
+    if (kind == TileKind::none) return false;
+    const index_t hk = h / g.group();
+    tile_gemm(br, bc, g.Dh, q + g.q_off(b, h, i0), g.Dh, index_t{1}, kt.panel(g, b, hk, j0),
+              attn_key_tile, s, lds, false);
+    const T* bias = kbias ? kbias + (b * g.Hk + hk) * g.Tk + j0 : nullptr;
+    for (index_t i = 0; i < br; ++i) rmax[i] = scale_row_max(s + i * lds, bc, alpha, bias);
+    if (kind == TileKind::partial) {
+      constexpr T ninf = -std::numeric_limits<T>::infinity();
+      for (index_t i = 0; i < br; ++i) {
+        T* row = s + i * lds;
+        for (index_t j = 0; j < bc; ++j)  // branch-free, so simple masks vectorise
+          row[j] = mask.allowed(b, i0 + i, j0 + j, g.Tq, g.Tk) ? row[j] : ninf;
+        rmax[i] = row_max(row, bc);
+      }
+    }
+    return true;
+  }
+};
+
+template <class T, ScorePolicy Score, MaskPolicy Mask>
+ScoreTiles<T, Mask> make_score_tiles(const Score& score, const Mask& mask,
+                                     const AttentionGeometry& g, const T* q, const T* k,
+                                     AttentionLayout<T>& layout) {
+  const T* kbias = nullptr;
+  if constexpr (Score::beta_k != 0) {
+    layout.kbias.resize(static_cast<std::size_t>(g.B * g.Hk * g.Tk));
+    for (index_t r = 0; r < g.B * g.Hk * g.Tk; ++r) {
+      T n = 0;
+      for (index_t c = 0; c < g.Dh; ++c) n += k[r * g.Dh + c] * k[r * g.Dh + c];
+      layout.kbias[static_cast<std::size_t>(r)] = static_cast<T>(Score::beta_k) * n;
+    }
+    kbias = layout.kbias.data();
+  }
+  return {
+      mask, g, q, pack_key_panels(k, g, g.Dh, layout.kt), kbias, static_cast<T>(score.alpha(g.Dh))};
+}
+
+// A tile [rows, cols] of a row-major buffer with rows `ld` apart, for AttentionDropout::apply.
+template <class T>
+using TileMap = Eigen::Map<Mat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 
 template <class T>
 struct AttentionScratch {
-  Mat<T> s, p, pm, dp, acc, dq, dk, dv;
-  Col<T> m, l, corr;
+  std::vector<T> s, dp, pm, acc, dq, dk, dv, colsum, m, l, rmax;
+  std::vector<unsigned char> started;  // per key tile: its dK, dV accumulators hold a product
 };
 
 template <class T>
@@ -153,74 +257,140 @@ AttentionScratch<T>& attention_scratch() {
   return scratch;
 }
 
-// Forward: o and the per-row log-sum-exp (−∞ for a row with no allowed key).
+template <class T>
+T* zeroed(std::vector<T>& buf, index_t n) {
+  buf.assign(static_cast<std::size_t>(n), T{0});
+  return buf.data();
+}
+
+// An accumulator the first product writes rather than adds to (nothing to clear).
+template <class T>
+T* sized(std::vector<T>& buf, index_t n) {
+  buf.resize(static_cast<std::size_t>(n));
+  return buf.data();
+}
+
+// dst[r, 0:cols) += scale · src[r, 0:cols) for `rows` rows (dst rows `cols` apart, src `lds`).
+template <class T>
+void add_rows(T* dst, const T* src, index_t rows, index_t cols, index_t lds, T scale) {
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) dst[r * cols + c] += scale * src[r * lds + c];
+}
+
+// Forward: o and the per-row log-sum-exp (−∞ for a row with no allowed key), by the online
+// softmax over key tiles (Milakov & Gimelshein): m' = max(m, rowmax S), the old sum and
+// accumulator rescaled by e^{m − m'}. With `keep` ([B, H, Tq, Tk]) it also leaves the weights P
+// there for backward: each tile's e^{S − m} is copied out as it is made, and once the row is
+// done multiplied by e^{m − m_final} / l. o and lse are computed the same way either way, so
+// the output does not depend on whether gradients are recorded.
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 void online_softmax_forward(const Score& score, const Mask& mask, const AttentionDropout& dropout,
                             const AttentionGeometry& g, const T* q, const T* k, const T* v, T* o,
-                            T* lse) {
-  const index_t qtiles = block_count(g.Tq, attn_query_tile);
+                            T* lse, T* keep) {
+  AttentionLayout<T>& layout = attention_layout<T>();
+  const ScoreTiles<T, Mask> scores = make_score_tiles(score, mask, g, q, k, layout);
+  const RowsView<T> V = padded_rows(v, g.B * g.Hk * g.Tk, g.Dv, layout.vpad);
+  const index_t qtiles = block_count(g.Tq, attn_query_tile),
+                ktiles = block_count(g.Tk, attn_key_tile), ldv = packet_round<T>(g.Dv);
+  constexpr index_t lds = attn_key_tile;
+  constexpr T ninf = -std::numeric_limits<T>::infinity();
   const double cost = 4.0 * double(attn_query_tile) * double(g.Tk) * double(g.Dh + g.Dv);
   parallel_for(g.B * g.H * qtiles, cost, [&](index_t task) {
     const index_t qt = task % qtiles, bh = task / qtiles, h = bh % g.H, b = bh / g.H,
                   hk = h / g.group();
     const index_t i0 = qt * attn_query_tile, br = std::min(attn_query_tile, g.Tq - i0);
     AttentionScratch<T>& sc = attention_scratch<T>();
-    constexpr T ninf = -std::numeric_limits<T>::infinity();
-    sc.m.setConstant(br, ninf);
-    sc.l.setZero(br);
-    sc.acc.setZero(br, g.Dv);
+    sc.s.resize(static_cast<std::size_t>(br * lds));
+    sc.rmax.resize(static_cast<std::size_t>(br));
+    T* s = sc.s.data();
+    T* m = zeroed(sc.m, br);
+    T* l = zeroed(sc.l, br);
+    T* acc = zeroed(sc.acc, br * ldv);
+    std::fill(m, m + br, ninf);
+    // With keep: the shift each row's tile was exponentiated with (+∞: nothing allowed there).
+    T* shift = keep ? zeroed(sc.colsum, br * ktiles) : nullptr;
+    const T* vrows = V.row((b * g.Hk + hk) * g.Tk);
+    const index_t row0 = g.row(b, h, i0);
+    T* p = keep ? keep + row0 * g.Tk : nullptr;  // [br, Tk]
     for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
       const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-      if (!score_tile(score, mask, g, q, k, b, h, i0, br, j0, bc, sc.s)) continue;
-      // Online softmax: m' = max(m, rowmax S); rescale the old sum and accumulator by e^{m − m'}.
-      sc.corr.resize(br);
+      if (!scores(b, h, i0, br, j0, bc, s, lds, sc.rmax.data())) {
+        if (keep)
+          for (index_t i = 0; i < br; ++i) {
+            std::fill_n(p + i * g.Tk + j0, bc, T{0});
+            shift[i * ktiles + j0 / attn_key_tile] = -ninf;
+          }
+        continue;
+      }
       for (index_t i = 0; i < br; ++i) {
-        const T m_new = std::max(sc.m(i), sc.s.row(i).maxCoeff());
-        const T m_safe = m_new == ninf ? T{0} : m_new;  // a row with nothing allowed yet stays at 0
-        sc.corr(i) = std::exp(sc.m(i) - m_safe);
-        masked_exp(sc.s.row(i), m_safe);
-        sc.l(i) = sc.l(i) * sc.corr(i) + sc.s.row(i).sum();
-        sc.m(i) = m_new;
+        const T m_new = std::max(m[i], sc.rmax[static_cast<std::size_t>(i)]);
+        const T m_safe = m_new == ninf ? T{0} : m_new;  // nothing allowed yet: the row stays 0
+        const T corr = std::exp(m[i] - m_safe);
+        l[i] = l[i] * corr + exp_row_sum(s + i * lds, bc, m_safe);
+        if (corr != T{1}) scale_row(acc + i * ldv, g.Dv, corr);
+        m[i] = m_new;
+        if (keep) {
+          std::copy_n(s + i * lds, bc, p + i * g.Tk + j0);
+          shift[i * ktiles + j0 / attn_key_tile] = m_new == ninf ? -ninf : m_safe;
+        }
       }
-      Eigen::Map<const Mat<T>> V(v + g.v_off(b, hk, j0), bc, g.Dv);
-      sc.acc.array().colwise() *= sc.corr.array();
-      if (dropout.active())
-        dropout.apply(sc.s, g.row(b, h, i0), g.Tk, j0);  // after l: the sum is of undropped weights
-      sc.acc.noalias() += sc.s * V;
+      if (dropout.active()) {  // after l: the sum is of undropped weights
+        TileMap<T> tile(s, br, bc, Eigen::OuterStride<>(lds));
+        dropout.apply(tile, row0, g.Tk, j0);
+      }
+      tile_gemm(br, g.Dv, bc, s, lds, index_t{1}, vrows + j0 * V.ld, V.ld, acc, ldv, true);
     }
-    Eigen::Map<Mat<T>> O(o + g.o_off(b, h, i0), br, g.Dv);
+    T* out = o + g.o_off(b, h, i0);
     for (index_t i = 0; i < br; ++i) {
-      if (sc.l(i) == T{0}) {  // no allowed key: output 0, and backward skips the row
-        O.row(i).setZero();
-        lse[g.row(b, h, i0 + i)] = ninf;
-      } else {
-        O.row(i) = sc.acc.row(i) / sc.l(i);
-        lse[g.row(b, h, i0 + i)] = sc.m(i) + std::log(sc.l(i));
+      T* orow = out + i * g.Dv;
+      if (l[i] == T{0}) {  // no allowed key: output 0, and backward skips the row
+        std::fill_n(orow, g.Dv, T{0});
+        lse[row0 + i] = ninf;
+        if (keep) std::fill_n(p + i * g.Tk, g.Tk, T{0});
+        continue;
       }
+      for (index_t c = 0; c < g.Dv; ++c) orow[c] = acc[i * ldv + c] / l[i];
+      lse[row0 + i] = m[i] + std::log(l[i]);
+      if (keep)
+        for (index_t t = 0; t < ktiles; ++t) {
+          const T sh = shift[i * ktiles + t];
+          if (sh == -ninf) continue;  // nothing allowed in this tile: already 0
+          scale_row(p + i * g.Tk + t * attn_key_tile,
+                    std::min(attn_key_tile, g.Tk - t * attn_key_tile), std::exp(sh - m[i]) / l[i]);
+        }
     }
   });
 }
 
-// Writes the full weight matrix [B, H, Tq, Tk] (for analysis and demos; O(T²) memory).
+// Writes the full weight matrix [B, H, Tq, Tk] from the saved log-sum-exp (for analysis and
+// demos; O(T²) memory).
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 void online_softmax_weights(const Score& score, const Mask& mask, const AttentionGeometry& g,
                             const T* q, const T* k, const T* lse, T* w) {
+  const ScoreTiles<T, Mask> scores = make_score_tiles(score, mask, g, q, k, attention_layout<T>());
   const index_t qtiles = block_count(g.Tq, attn_query_tile);
+  constexpr index_t lds = attn_key_tile;
   parallel_for(g.B * g.H * qtiles, 2.0 * double(attn_query_tile) * double(g.Tk) * double(g.Dh),
                [&](index_t task) {
                  const index_t qt = task % qtiles, bh = task / qtiles, h = bh % g.H, b = bh / g.H;
                  const index_t i0 = qt * attn_query_tile, br = std::min(attn_query_tile, g.Tq - i0);
                  AttentionScratch<T>& sc = attention_scratch<T>();
+                 sc.s.resize(static_cast<std::size_t>(br * lds));
+                 sc.rmax.resize(static_cast<std::size_t>(br));
+                 T* s = sc.s.data();
+                 const index_t row0 = g.row(b, h, i0);
                  for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
                    const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-                   Eigen::Map<Mat<T>, Eigen::Unaligned, Eigen::OuterStride<>> W(
-                       w + g.row(b, h, i0) * g.Tk + j0, br, bc, Eigen::OuterStride<>(g.Tk));
-                   if (!score_tile(score, mask, g, q, k, b, h, i0, br, j0, bc, sc.s)) {
-                     W.setZero();
-                     continue;
+                   const bool any = scores(b, h, i0, br, j0, bc, s, lds, sc.rmax.data());
+                   for (index_t i = 0; i < br; ++i) {
+                     T* out = w + (row0 + i) * g.Tk + j0;
+                     if (!any || lse[row0 + i] == -std::numeric_limits<T>::infinity()) {
+                       std::fill_n(out, bc, T{0});
+                       continue;
+                     }
+                     exp_row_sum(s + i * lds, bc, lse[row0 + i]);
+                     std::copy_n(s + i * lds, bc, out);
                    }
-                   weights_from_lse(sc.s, lse + g.row(b, h, i0));
-                   W = sc.s;
                  }
                });
 }
@@ -232,12 +402,18 @@ struct OnlineSoftmaxOp {
   Score score;
   AttentionDropout dropout;
   const Mask* mask;  // owned by self.keep
-  // self.saved[0]: log-sum-exp per query row [B, H, Tq]; self.saved[1]: D = rowsum(dO ∘ O).
+  bool saved_weights;
+  bool single_pass;
+  // self.saved[0]: log-sum-exp per query row [B, H, Tq]; self.saved[1]: D = rowsum(dO ∘ O);
+  // self.saved[2]: the weights P [B, H, Tq, Tk] when saved_weights.
 
   // With P = exp(S − lse) and D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = alpha dS K,
   //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k.
-  // Two passes, each writing disjoint rows: dQ by query tile, then dK and dV by key tile.
+  // Single pass: one task per (b, key/value head) walks every tile of its query heads once,
+  // computing P and dS once per tile; it owns the dK, dV rows of its head and the dQ rows of
+  // its query heads, so no two tasks write the same row and the sums run in a fixed order.
+  // Two passes: dQ by query tile, then dK and dV by key tile (P and dS computed twice).
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     const T* qv = tape.value(q).data();
@@ -246,6 +422,7 @@ struct OnlineSoftmaxOp {
     const T* ov = self.value->data();
     const T* dov = self.grad->data();
     const T* lse = self.saved[0].data();
+    const T* kept = saved_weights ? self.saved[2].data() : nullptr;
     self.saved[1].resize(Shape{g.B * g.H * g.Tq});
     T* D = self.saved[1].data();
     parallel_for(g.B * g.H * g.Tq, double(g.Dv) * 2, [&](index_t r) {
@@ -253,108 +430,240 @@ struct OnlineSoftmaxOp {
       for (index_t d = 0; d < g.Dv; ++d) s += dov[r * g.Dv + d] * ov[r * g.Dv + d];
       D[r] = s;
     });
+    const bool need_q = tape.requires_grad(q), need_k = tape.requires_grad(k),
+               need_v = tape.requires_grad(v);
+    T* dq = need_q ? tape.grad(q).data() : nullptr;
+    T* dk = need_k ? tape.grad(k).data() : nullptr;
+    T* dv = need_v ? tape.grad(v).data() : nullptr;
     const T alpha = static_cast<T>(score.alpha(g.Dh));
-    const double tile_cost =
-        8.0 * double(attn_query_tile) * double(attn_key_tile) * double(g.Dh + g.Dv);
-    // dS for one tile into sc.s (P first, then P ∘ (dO Vᵀ − D)); false if the tile is masked out.
+    constexpr T ninf = -std::numeric_limits<T>::infinity();
+    constexpr index_t lds = attn_key_tile;
+    const index_t ldk = packet_round<T>(g.Dh), ldv = packet_round<T>(g.Dv);
+
+    AttentionLayout<T>& layout = attention_layout<T>();
+    const ScoreTiles<T, Mask> scores = kept ? ScoreTiles<T, Mask>{*mask, g, qv, {}, nullptr, alpha}
+                                            : make_score_tiles(score, *mask, g, qv, kv, layout);
+    const KeyPanels<T> vt = pack_key_panels(vv, g, g.Dv, layout.vt);
+    const RowsView<T> K =
+        need_q ? padded_rows(kv, g.B * g.Hk * g.Tk, g.Dh, layout.kpad) : RowsView<T>{kv, g.Dh};
+    const RowsView<T> Q =
+        need_k ? padded_rows(qv, g.B * g.H * g.Tq, g.Dh, layout.qpad) : RowsView<T>{qv, g.Dh};
+    const RowsView<T> dO =
+        need_v ? padded_rows(dov, g.B * g.H * g.Tq, g.Dv, layout.dopad) : RowsView<T>{dov, g.Dv};
+
+    // P (into p, rows ldp apart; p ∘ mask / (1 − p) into pv for dV when dropping) and dS into
+    // sc.dp for one tile; false if the mask rules the tile out.
+    struct TileGrads {
+      const T *p, *pv;
+      index_t ldp, ldpv;
+    };
     auto ds_tile = [&](AttentionScratch<T>& sc, index_t b, index_t h, index_t i0, index_t br,
-                       index_t j0, index_t bc) {
-      if (!score_tile(score, *mask, g, qv, kv, b, h, i0, br, j0, bc, sc.s)) return false;
-      weights_from_lse(sc.s, lse + g.row(b, h, i0));
-      sc.p = sc.s;
-      Eigen::Map<const Mat<T>> dO(dov + g.o_off(b, h, i0), br, g.Dv);
-      Eigen::Map<const Mat<T>> V(vv + g.v_off(b, h / g.group(), j0), bc, g.Dv);
-      sc.dp.resize(br, bc);
-      sc.dp.noalias() = dO * V.transpose();
-      if (dropout.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
-        dropout.apply(sc.dp, g.row(b, h, i0), g.Tk, j0);
-        sc.pm = sc.p;
-        dropout.apply(sc.pm, g.row(b, h, i0), g.Tk, j0);
+                       index_t j0, index_t bc, TileGrads& t) {
+      const index_t row0 = g.row(b, h, i0);
+      if (kept) {
+        if (mask->tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk) == TileKind::none) return false;
+        t.p = kept + row0 * g.Tk + j0;
+        t.ldp = g.Tk;
+      } else {
+        if (!scores(b, h, i0, br, j0, bc, sc.s.data(), lds, sc.rmax.data())) return false;
+        for (index_t i = 0; i < br; ++i) {
+          T* row = sc.s.data() + i * lds;
+          if (lse[row0 + i] == ninf)
+            std::fill_n(row, bc, T{0});
+          else
+            exp_row_sum(row, bc, lse[row0 + i]);
+        }
+        t.p = sc.s.data();
+        t.ldp = lds;
       }
-      Eigen::Map<const Col<T>> Dr(D + g.row(b, h, i0), br);
-      sc.s = (sc.p.array() * (sc.dp.array().colwise() - Dr.array())).matrix();
+      T* dp = sc.dp.data();
+      tile_gemm(br, bc, g.Dv, dov + g.o_off(b, h, i0), g.Dv, index_t{1},
+                vt.panel(g, b, h / g.group(), j0), attn_key_tile, dp, lds, false);
+      t.pv = t.p;
+      t.ldpv = t.ldp;
+      if (dropout.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
+        TileMap<T> dpm(dp, br, bc, Eigen::OuterStride<>(lds));
+        dropout.apply(dpm, row0, g.Tk, j0);
+        for (index_t i = 0; i < br; ++i) std::copy_n(t.p + i * t.ldp, bc, sc.pm.data() + i * lds);
+        TileMap<T> pm(sc.pm.data(), br, bc, Eigen::OuterStride<>(lds));
+        dropout.apply(pm, row0, g.Tk, j0);
+        t.pv = sc.pm.data();
+        t.ldpv = lds;
+      }
+      for (index_t i = 0; i < br; ++i)
+        softmax_grad_row(t.p + i * t.ldp, dp + i * lds, bc, D[row0 + i]);
       return true;
+    };
+    auto prepare = [&](AttentionScratch<T>& sc) {
+      sc.s.resize(static_cast<std::size_t>(attn_query_tile * lds));
+      sc.dp.resize(static_cast<std::size_t>(attn_query_tile * lds));
+      sc.pm.resize(static_cast<std::size_t>(attn_query_tile * lds));
+      sc.rmax.resize(static_cast<std::size_t>(attn_query_tile));
+    };
+    // dK rows [j0, j0 + bc) of head (b, hk) += alpha dk + 2 beta_k colsum ∘ k; dV rows += dv.
+    auto write_kv = [&](index_t b, index_t hk, index_t j0, index_t bc, const T* dk_acc,
+                        const T* dv_acc, const T* colsum) {
+      if (dk) {
+        T* dst = dk + g.k_off(b, hk, j0);
+        add_rows(dst, dk_acc, bc, g.Dh, ldk, alpha);
+        if constexpr (Score::beta_k != 0) {
+          const T* kr = kv + g.k_off(b, hk, j0);
+          for (index_t j = 0; j < bc; ++j)
+            for (index_t c = 0; c < g.Dh; ++c)
+              dst[j * g.Dh + c] += T(2 * Score::beta_k) * colsum[j] * kr[j * g.Dh + c];
+        }
+      }
+      if (dv) add_rows(dv + g.v_off(b, hk, j0), dv_acc, bc, g.Dv, ldv, T{1});
+    };
+    // The products of one tile's dS (sc.dp) and P into the accumulators (null: not needed);
+    // kv_add / q_add false: the accumulators hold nothing yet, so the product is written.
+    auto accumulate = [&](AttentionScratch<T>& sc, const TileGrads& t, index_t b, index_t h,
+                          index_t i0, index_t br, index_t j0, index_t bc, T* dk_acc, T* dv_acc,
+                          T* colsum, T* dq_acc, bool kv_add, bool q_add) {
+      const T* ds = sc.dp.data();
+      const index_t row0 = g.row(b, h, i0);
+      if (dv_acc)  // dV_j += Pᵀ dO_i
+        tile_gemm(bc, g.Dv, br, t.pv, index_t{1}, t.ldpv, dO.row(row0), dO.ld, dv_acc, ldv, kv_add);
+      if (dk_acc) {  // dK_j += dSᵀ Q_i
+        tile_gemm(bc, g.Dh, br, ds, index_t{1}, lds, Q.row(row0), Q.ld, dk_acc, ldk, kv_add);
+        if constexpr (Score::beta_k != 0)
+          for (index_t i = 0; i < br; ++i)
+            for (index_t j = 0; j < bc; ++j) colsum[j] += ds[i * lds + j];
+      }
+      if (dq_acc)  // dQ_i += dS K_j
+        tile_gemm(br, g.Dh, bc, ds, lds, index_t{1}, K.row((b * g.Hk + h / g.group()) * g.Tk + j0),
+                  K.ld, dq_acc, ldk, q_add);
     };
     const index_t qtiles = block_count(g.Tq, attn_query_tile),
                   ktiles = block_count(g.Tk, attn_key_tile);
-    if (tape.requires_grad(q)) {
-      T* dq = tape.grad(q).data();
+    const double tile_cost =
+        8.0 * double(attn_query_tile) * double(attn_key_tile) * double(g.Dh + g.Dv);
+    const bool kv_grads = dk != nullptr || dv != nullptr;
+
+    if (single_pass) {
+      parallel_for(g.B * g.Hk, tile_cost * double(qtiles * ktiles * g.group()), [&](index_t task) {
+        const index_t hk = task % g.Hk, b = task / g.Hk;
+        AttentionScratch<T>& sc = attention_scratch<T>();
+        prepare(sc);
+        T* dk_acc = dk ? sized(sc.dk, g.Tk * ldk) : nullptr;
+        T* dv_acc = dv ? sized(sc.dv, g.Tk * ldv) : nullptr;
+        T* colsum = zeroed(sc.colsum, g.Tk);
+        sc.started.assign(static_cast<std::size_t>(ktiles), 0);
+        TileGrads t{};
+        for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
+          for (index_t i0 = 0; i0 < g.Tq; i0 += attn_query_tile) {
+            const index_t br = std::min(attn_query_tile, g.Tq - i0);
+            T* dq_acc = dq ? sized(sc.dq, br * ldk) : nullptr;
+            bool q_started = false;
+            for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
+              const index_t bc = std::min(attn_key_tile, g.Tk - j0);
+              if (!ds_tile(sc, b, h, i0, br, j0, bc, t)) continue;
+              unsigned char& kv_started = sc.started[static_cast<std::size_t>(j0 / attn_key_tile)];
+              accumulate(sc, t, b, h, i0, br, j0, bc, dk_acc ? dk_acc + j0 * ldk : nullptr,
+                         dv_acc ? dv_acc + j0 * ldv : nullptr, colsum + j0, dq_acc, kv_started != 0,
+                         q_started);
+              kv_started = 1;
+              q_started = true;
+            }
+            if (dq && q_started) add_rows(dq + g.q_off(b, h, i0), dq_acc, br, g.Dh, ldk, alpha);
+          }
+        if (kv_grads)
+          for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile)
+            if (sc.started[static_cast<std::size_t>(j0 / attn_key_tile)])
+              write_kv(b, hk, j0, std::min(attn_key_tile, g.Tk - j0),
+                       dk_acc ? dk_acc + j0 * ldk : nullptr, dv_acc ? dv_acc + j0 * ldv : nullptr,
+                       colsum + j0);
+      });
+      return;
+    }
+    if (dq) {
       parallel_for(g.B * g.H * qtiles, tile_cost * double(ktiles), [&](index_t task) {
         const index_t qt = task % qtiles, bh = task / qtiles, h = bh % g.H, b = bh / g.H;
         const index_t i0 = qt * attn_query_tile, br = std::min(attn_query_tile, g.Tq - i0);
         AttentionScratch<T>& sc = attention_scratch<T>();
-        sc.dq.setZero(br, g.Dh);
+        prepare(sc);
+        T* dq_acc = sized(sc.dq, br * ldk);
+        bool q_started = false;
+        TileGrads t{};
         for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
           const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-          if (!ds_tile(sc, b, h, i0, br, j0, bc)) continue;
-          Eigen::Map<const Mat<T>> K(kv + g.k_off(b, h / g.group(), j0), bc, g.Dh);
-          sc.dq.noalias() += sc.s * K;
+          if (!ds_tile(sc, b, h, i0, br, j0, bc, t)) continue;
+          accumulate(sc, t, b, h, i0, br, j0, bc, nullptr, nullptr, nullptr, dq_acc, false,
+                     q_started);
+          q_started = true;
         }
-        Eigen::Map<Mat<T>> dQ(dq + g.q_off(b, h, i0), br, g.Dh);
-        dQ += alpha * sc.dq;
+        if (q_started) add_rows(dq + g.q_off(b, h, i0), dq_acc, br, g.Dh, ldk, alpha);
       });
     }
-    const bool need_k = tape.requires_grad(k), need_v = tape.requires_grad(v);
-    if (!need_k && !need_v) return;
-    T* dk = need_k ? tape.grad(k).data() : nullptr;
-    T* dv = need_v ? tape.grad(v).data() : nullptr;
+    if (!kv_grads) return;
     parallel_for(g.B * g.Hk * ktiles, tile_cost * double(qtiles * g.group()), [&](index_t task) {
       const index_t kt = task % ktiles, bh = task / ktiles, hk = bh % g.Hk, b = bh / g.Hk;
       const index_t j0 = kt * attn_key_tile, bc = std::min(attn_key_tile, g.Tk - j0);
       AttentionScratch<T>& sc = attention_scratch<T>();
-      sc.dk.setZero(bc, g.Dh);
-      sc.dv.setZero(bc, g.Dv);
-      Col<T> colsum = Col<T>::Zero(bc);
+      prepare(sc);
+      T* dk_acc = dk ? sized(sc.dk, bc * ldk) : nullptr;
+      T* dv_acc = dv ? sized(sc.dv, bc * ldv) : nullptr;
+      T* colsum = zeroed(sc.colsum, bc);
+      bool kv_started = false;
+      TileGrads t{};
       for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
         for (index_t i0 = 0; i0 < g.Tq; i0 += attn_query_tile) {
           const index_t br = std::min(attn_query_tile, g.Tq - i0);
-          if (!ds_tile(sc, b, h, i0, br, j0, bc)) continue;
-          Eigen::Map<const Mat<T>> dO(dov + g.o_off(b, h, i0), br, g.Dv);
-          Eigen::Map<const Mat<T>> Q(qv + g.q_off(b, h, i0), br, g.Dh);
-          sc.dv.noalias() += (dropout.active() ? sc.pm : sc.p).transpose() * dO;
-          sc.dk.noalias() += sc.s.transpose() * Q;
-          if constexpr (Score::beta_k != 0) colsum += sc.s.colwise().sum().transpose();
+          if (!ds_tile(sc, b, h, i0, br, j0, bc, t)) continue;
+          accumulate(sc, t, b, h, i0, br, j0, bc, dk_acc, dv_acc, colsum, nullptr, kv_started,
+                     false);
+          kv_started = true;
         }
-      if (dk) {
-        Eigen::Map<Mat<T>> dK(dk + g.k_off(b, hk, j0), bc, g.Dh);
-        dK += alpha * sc.dk;
-        if constexpr (Score::beta_k != 0) {
-          Eigen::Map<const Mat<T>> K(kv + g.k_off(b, hk, j0), bc, g.Dh);
-          dK += (T(2 * Score::beta_k) * colsum).asDiagonal() * K;
-        }
-      }
-      if (dv) Eigen::Map<Mat<T>>(dv + g.v_off(b, hk, j0), bc, g.Dv) += sc.dv;
+      if (kv_started) write_kv(b, hk, j0, bc, dk_acc, dv_acc, colsum);
     });
   }
 };
+
+// The backward choices for one call, resolved by shape (see AttentionBackward).
+inline bool save_weights_for_backward(const AttentionBackward& plan, const AttentionGeometry& g) {
+  if (plan.weights != BackwardWeights::automatic) return plan.weights == BackwardWeights::saved;
+  return g.B * g.H * g.Tq * g.Tk <= attn_saved_weights_limit;
+}
+inline bool single_pass_backward(const AttentionBackward& plan, const AttentionGeometry& g) {
+  if (plan.passes != BackwardPasses::automatic) return plan.passes == BackwardPasses::single;
+  return g.B * g.Hk >= attn_single_pass_min_tasks;
+}
 
 }  // namespace detail
 
 // Softmax attention o_i = Σ_j softmax_j(s(q_i, k_j) | mask) v_j by the online-softmax algorithm.
 // When `weights` is given it receives the [B, H, Tq, Tk] weights before dropout (not
-// differentiable); `dropout` drops weights (training).
+// differentiable); `dropout` drops weights (training); `plan` picks how backward runs.
 template <ScorePolicy Score, MaskPolicy Mask, class T>
 Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                                 const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
-                                const AttentionDropout& dropout = {}) {
+                                const AttentionDropout& dropout = {},
+                                const AttentionBackward& plan = {}) {
   Tape<T>& tape = q.tape();
   const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention");
   mask.validate(g.B, g.Tq, g.Tk);
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              q.requires_grad() || k.requires_grad() || v.requires_grad());
-  node.saved.resize(2);
+  const bool keep = node.requires_grad && detail::save_weights_for_backward(plan, g);
+  node.saved.resize(keep ? 3 : 2);
   node.saved[0].resize(Shape{g.B * g.H * g.Tq});
+  if (keep) node.saved[2].resize(Shape{g.B * g.H * g.Tq * g.Tk});
   detail::online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
-                                 v.value().data(), node.value->data(), node.saved[0].data());
+                                 v.value().data(), node.value->data(), node.saved[0].data(),
+                                 keep ? node.saved[2].data() : nullptr);
   if (weights) {
     weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
-    detail::online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
-                                   node.saved[0].data(), weights->data());
+    if (keep)
+      std::copy_n(node.saved[2].data(), weights->numel(), weights->data());
+    else
+      detail::online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
+                                     node.saved[0].data(), weights->data());
   }
   if (node.requires_grad) {
     const Mask* stored = node.template keep_value<Mask>(mask);
-    tape.set_backward(node, detail::OnlineSoftmaxOp<Score, Mask>{q.index(), k.index(), v.index(), g,
-                                                                 score, dropout, stored});
+    tape.set_backward(node, detail::OnlineSoftmaxOp<Score, Mask>{
+                                q.index(), k.index(), v.index(), g, score, dropout, stored, keep,
+                                detail::single_pass_backward(plan, g)});
   }
   return o;
 }
