@@ -2,3 +2,4 @@
 attn_add_benchmark(autodiff autodiff.cpp)
 attn_add_benchmark(attention attention.cpp)
 attn_add_benchmark(train_step train_step.cpp)
+attn_add_benchmark(generate generate.cpp)

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "plot.hpp"
+#include "../common/plot.hpp"
 
 namespace {
 
@@ -361,12 +361,12 @@ int train(const TrainOptions& options) {
   std::printf("training: %.1f s, %.0f tokens/s, final val loss %.4f\n", seconds_since(t0),
               tokens_per_s, val);
   const fs::path svg = out / "loss.svg", png = out / "loss.png";
-  char_gpt::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
-                      {{"train", "#1f77b4", curve_step, curve_train},
-                       {"validation", "#d62728", curve_step, curve_val}});
+  plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+                  {{"train", "#1f77b4", curve_step, curve_train},
+                   {"validation", "#d62728", curve_step, curve_val}});
   const bool have_png =
-      !resuming && char_gpt::gnuplot_png(out / "log.csv", png, "char_gpt: " + o.attention,
-                                         {{2, "train"}, {3, "validation"}});
+      !resuming && plot::gnuplot_png(out / "log.csv", png, "char_gpt: " + o.attention,
+                                     {{2, "train"}, {3, "validation"}});
   std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
   std::printf("checkpoint: %s\n", (out / "checkpoint.safetensors").c_str());
 

@@ -67,6 +67,24 @@ Tensor<T> sinusoidal_positions(index_t length, index_t dim) {
   return pe;
 }
 
+// The position vectors of positions offset, …, offset + t − 1 added to x [B, t, D]: rows of
+// `table` [L, D] (a learned parameter, or a constant such as sinusoidal_positions), looked up by an
+// embedding whose ids are written into `ids` (scratch space the caller keeps between calls).
+template <class T>
+Var<T> add_positions(const Var<T>& x, const Var<T>& table, index_t offset,
+                     Tensor<std::int32_t>& ids) {
+  const Shape& s = x.shape();
+  ATTN_CHECK(s.rank() == 3 && table.shape().rank() == 2 && table.shape()[1] == s[2], shape_error,
+             "add_positions: x ", s, " and table ", table.shape(), " must be [B, t, D] and [L, D]");
+  ATTN_CHECK(offset >= 0 && offset + s[1] <= table.shape()[0], value_error,
+             "add_positions: ", "positions ", offset, "..", offset + s[1] - 1,
+             " exceed the table's ", table.shape()[0]);
+  ids.resize(Shape{s[0], s[1]});
+  for (index_t b = 0; b < s[0]; ++b)
+    for (index_t i = 0; i < s[1]; ++i) ids[b * s[1] + i] = std::int32_t(offset + i);
+  return x + embedding(table, ids);
+}
+
 // x + Attn(LN(x)), then + MLP(LN(·)) (pre-LN); or LN(x + Attn(x)), LN(· + MLP(·)) (post-LN).
 template <AttentionModule Attn>
 struct TransformerBlock {
@@ -239,19 +257,16 @@ class GPT {
   Var<T> embed(Tape<T>& tape, const Tensor<std::int32_t>& ids, index_t offset) {
     ATTN_CHECK(ids.rank() == 2 && ids.shape()[1] > 0, shape_error, "GPT: ids must be [B, T], got ",
                ids.shape());
-    const index_t B = ids.shape()[0], t = ids.shape()[1], D = config_.d_model;
+    const index_t t = ids.shape()[1], D = config_.d_model;
     ATTN_CHECK(offset + t <= config_.block_size, value_error, "GPT: positions ", offset, "..",
                offset + t - 1, " exceed the block size ", config_.block_size);
     Var<T> x = tok_emb(tape, ids);  // [B, t, D]
     if (config_.init == InitScheme::scaled_embedding) x = x * T(std::sqrt(double(D)));
     if (config_.positions != PositionEncoding::none) {
-      positions_.resize(Shape{B, t});
-      for (index_t b = 0; b < B; ++b)
-        for (index_t i = 0; i < t; ++i) positions_[b * t + i] = std::int32_t(offset + i);
       const Var<T> table = config_.positions == PositionEncoding::learned
                                ? tape.param(pos_emb.weight)
                                : tape.leaf(sinusoid_);
-      x = x + embedding(table, positions_);
+      x = add_positions(x, table, offset, positions_);
     }
     return emb_drop(x, training_);
   }

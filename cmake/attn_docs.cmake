@@ -1,0 +1,16 @@
+# Runs Doxygen on the configured Doxyfile and fails when its warning log is not empty.
+#   cmake -DDOXYGEN=<doxygen> -DDOXYFILE=<Doxyfile> -DLOG=<warning log> -P attn_docs.cmake
+file(REMOVE ${LOG})
+execute_process(COMMAND ${DOXYGEN} ${DOXYFILE} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "attn docs: doxygen failed (exit status ${rc})")
+endif()
+if(EXISTS ${LOG})
+  file(READ ${LOG} warnings)
+  string(STRIP "${warnings}" warnings)
+  if(NOT warnings STREQUAL "")
+    message(FATAL_ERROR "attn docs: Doxygen warnings (${LOG}):\n${warnings}")
+  endif()
+endif()
+get_filename_component(out ${LOG} DIRECTORY)
+message(STATUS "attn docs: no warnings; ${out}/html/index.html")
