@@ -8,8 +8,8 @@ build=${1:-build/release}
 out=${2:-runs/stolen_attention}
 [ $# -ge 2 ] && shift 2 || shift $#
 extra="$*"
-common="--data data/tinyshakespeare.txt --embd 64 --layers 4 --block 128 --batch 32 --steps 2000
-        --warmup 100 --lr 2e-3 --min-lr 2e-4 --seed 1 --eval-every 200 --eval-batches 8
+common="--data data/tinyshakespeare.txt --embd 64 --layers 2 --block 128 --batch 16 --steps 1500
+        --warmup 100 --lr 2e-3 --min-lr 2e-4 --seed 1 --eval-every 250 --eval-batches 8
         --threads 1 --sample-tokens 0"
 train() {  # name attention heads
   mkdir -p "$out/$1"

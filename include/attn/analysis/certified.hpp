@@ -37,8 +37,8 @@
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <Eigen/Eigenvalues>
+#include <Eigen/LU>
 #include <Eigen/QR>
-#include <Eigen/SVD>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/gemm.hpp"
 #include "../core/rng.hpp"
 #include "../core/tensor.hpp"
 
@@ -78,6 +79,7 @@ struct CertifiedVertices {
   index_t affine_dimension = 0;              // dimension of the keys' affine hull
   // How the keys were decided (for benchmarks and docs): distinct keys by stage.
   index_t by_whitened = 0, by_random = 0, by_min_norm = 0, interior = 0;
+  index_t by_simplex = 0;           // of the interior keys, those inside an earlier one's simplex
   index_t min_norm_iterations = 0;  // Wolfe major iterations, summed over keys
 
   bool is_vertex(index_t i) const { return certificates[static_cast<std::size_t>(i)].vertex; }
@@ -87,6 +89,15 @@ namespace detail {
 
 using Mat = Eigen::MatrixXd;
 using Vec = Eigen::VectorXd;
+
+// aᵀ b for column-major a [k, m] and b [k, n] through attn::gemm, whose blocks do not depend on
+// the thread count (Eigen's own threads would change the rounding, DESIGN.md). A column-major
+// [k, m] matrix is the row-major [m, k] one, so aᵀ b = (bᵀ a)ᵀ is bᵀ a in row-major.
+inline Mat gemm_tn(const Mat& a, const Mat& b) {
+  Mat c(a.cols(), b.cols());
+  gemm(b.data(), false, a.data(), true, c.data(), b.cols(), a.cols(), a.rows());
+  return c;
+}
 
 template <class T>
 Mat keys_as_matrix(const Tensor<T>& keys, const char* op) {
@@ -163,9 +174,8 @@ class MinNormPoint {
     all_scores_.resize(m);
   }
 
-  // `priority`: a score per column, higher = more likely in the certificate; the working set
-  // starts with the `start` columns of highest priority.
-  Result run(index_t i, const Vec& priority, index_t start) {
+  // The working set starts with the columns `start` (any that are i are skipped).
+  Result run(index_t i, const std::vector<index_t>& start) {
     const index_t m = z_.cols(), r = z_.rows();
     for (const index_t j : wglob_) in_w_[std::size_t(j)] = 0;
     in_w_[std::size_t(i_)] = 0;
@@ -175,14 +185,11 @@ class MinNormPoint {
     size_ = 0;
     corral_.clear();
     in_w_[std::size_t(i)] = 1;  // never a candidate
-    std::vector<index_t> order;
-    order.reserve(std::size_t(m));
-    for (index_t j = 0; j < m; ++j)
-      if (j != i) order.push_back(j);
-    const index_t k0 = std::min<index_t>(start, index_t(order.size()));
-    std::partial_sort(order.begin(), order.begin() + k0, order.end(),
-                      [&](index_t a, index_t b) { return priority(a) > priority(b); });
-    for (index_t a = 0; a < k0; ++a) enter(order[std::size_t(a)]);
+    for (const index_t j : start)
+      if (!in_w_[std::size_t(j)]) enter(j);
+    if (wglob_.empty())
+      for (index_t j = 0; j < m && wglob_.empty(); ++j)
+        if (j != i) enter(j);
 
     Result res;
     // Start from the nearest working-set point.
@@ -212,22 +219,23 @@ class MinNormPoint {
         // Confirm on every column; columns outside the working set that improve x join it.
         all_scores_.noalias() = z_.transpose() * x_;
         double all_low = std::numeric_limits<double>::infinity();
-        std::vector<std::pair<double, index_t>> improving;
+        improving_.clear();
         for (index_t k = 0; k < m; ++k) {
           if (k == i) continue;
           const double sk = all_scores_(k) - xzi;
           all_low = std::min(all_low, sk);
-          if (!in_w_[std::size_t(k)] && sk < xx * (1 - 1e-12)) improving.emplace_back(sk, k);
+          if (!in_w_[std::size_t(k)] && sk < xx * (1 - 1e-12)) improving_.emplace_back(sk, k);
         }
         if (all_low > vertex_gap_ * xnorm) {
           res.vertex = true;
           return finish(res);
         }
-        if (improving.empty()) return stalled(res);
-        const std::size_t batch = std::min<std::size_t>(improving.size(), 32);
-        std::partial_sort(improving.begin(), improving.begin() + std::ptrdiff_t(batch),
-                          improving.end());
-        for (std::size_t a = 0; a < batch; ++a) enter(improving[a].second);
+        if (improving_.empty()) return stalled(res);
+        // The 32 that improve most join.
+        const std::size_t batch = std::min<std::size_t>(improving_.size(), 32);
+        std::nth_element(improving_.begin(), improving_.begin() + std::ptrdiff_t(batch - 1),
+                         improving_.end());
+        for (std::size_t a = 0; a < batch; ++a) enter(improving_[a].second);
         continue;
       }
       if (!add(j)) return stalled(res);
@@ -366,6 +374,7 @@ class MinNormPoint {
   index_t i_ = 0, size_ = 0;
   Mat chol_, p_, zw_;
   std::vector<index_t> corral_, wglob_;
+  std::vector<std::pair<double, index_t>> improving_;
   std::vector<char> in_w_;
 };
 
@@ -413,9 +422,8 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
     const double t = options.tol;
     // An orthonormal basis of their affine hull. Well-conditioned keys (σ_min > 1e-4 σ_max, read
     // off the covariance's eigenvalues, which are accurate to 1e-16 λ_max) keep their coordinates;
-    // otherwise the right singular vectors of the centred points (through a QR when M > d) whose
-    // singular value exceeds τ/(8√d).
-    Mat cov = (c.transpose() * c) / double(m);
+    // otherwise a rank-revealing QR gives the directions in which some key reaches past τ/(8√d).
+    Mat cov = detail::gemm_tn(c, c) / double(m);
     bool full_rank = false;
     if (m > d) {
       const Eigen::SelfAdjointEigenSolver<Mat> eig(cov, Eigen::EigenvaluesOnly);
@@ -426,24 +434,17 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
     if (full_rank) {
       z = c.transpose();
     } else {
-      Mat v;
-      Vec sigma;
-      if (m > d) {
-        Eigen::HouseholderQR<Mat> qr(c);
-        const Mat r = qr.matrixQR().topRows(d).triangularView<Eigen::Upper>();
-        Eigen::JacobiSVD<Mat> svd(r, Eigen::ComputeFullV);
-        v = svd.matrixV(), sigma = svd.singularValues();
-      } else {
-        Eigen::JacobiSVD<Mat> svd(c, Eigen::ComputeThinV);
-        v = svd.matrixV(), sigma = svd.singularValues();
-      }
+      // Householder QR of the centred keys as columns [d, M] with column pivoting: at step k the
+      // pivot is the key with the largest part outside the first k directions, |R_kk| its size,
+      // so stopping where |R_kk| ≤ τ/(8√d) leaves every key within that of the span.
+      const Eigen::ColPivHouseholderQR<Mat> qr(c.transpose());
       const double drop_below = t / (8 * std::sqrt(double(d)));
       rank = 0;
-      while (rank < sigma.size() && sigma(rank) > drop_below) ++rank;
+      while (rank < std::min(d, m) && std::abs(qr.matrixQR()(rank, rank)) > drop_below) ++rank;
       rank = std::max<index_t>(rank, 1);
-      basis = v.leftCols(rank);
-      z = basis.transpose() * c.transpose();
-      cov = (z * z.transpose()) / double(m);
+      basis = qr.householderQ() * Mat::Identity(d, rank);
+      z = detail::gemm_tn(basis, c.transpose());
+      cov = detail::gemm_tn(z.transpose(), z.transpose()) / double(m);
     }
     out.affine_dimension = rank;
     const auto to_keys = [&](const Vec& w_r) {  // a direction in z coordinates, in key coordinates
@@ -465,16 +466,20 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
     };
     const Eigen::LLT<Mat> llt(cov);
     const bool whitened = llt.info() == Eigen::Success;
-    Mat g;  // [M, M] whitened Gram matrix
+    Mat y, g;  // whitened keys [r, M] and their Gram matrix [M, M]
     if (whitened) {
-      const Mat y = llt.matrixL().solve(z);      // [r, M]
-      const Mat w_all = llt.matrixU().solve(y);  // Σ⁻¹ z, [r, M]
-      g.noalias() = y.transpose() * y;
-      for (index_t a = 0; a < m; ++a) {
-        double best = -std::numeric_limits<double>::infinity();
-        for (index_t b = 0; b < m; ++b)
-          if (b != a) best = std::max(best, g(b, a));
-        if (certify(a, w_all.col(a), g(a, a) - best)) ++out.by_whitened;
+      y = llt.matrixL().solve(z);
+      // The own-direction test costs O(M² r): worth it where most keys are vertices (r > 8);
+      // in low dimension most keys are interior and the random directions find the vertices.
+      if (rank > 8) {
+        const Mat w_all = llt.matrixU().solve(y);  // Σ⁻¹ z, [r, M]
+        g = detail::gemm_tn(y, y);
+        for (index_t a = 0; a < m; ++a) {
+          double best = -std::numeric_limits<double>::infinity();
+          for (index_t b = 0; b < m; ++b)
+            if (b != a) best = std::max(best, g(b, a));
+          if (certify(a, w_all.col(a), g(a, a) - best)) ++out.by_whitened;
+        }
       }
       // Random whitened directions u: the keys with the largest and smallest ⟨u, y⟩.
       Rng rng(options.seed);
@@ -498,37 +503,99 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
       }
     }
 
-    // Wolfe's minimum-norm point for the rest. Its working set starts with the keys that beat
-    // key a in a's own whitened direction (the ones its certificate is likely made of), or the
-    // nearest keys when the whitening failed.
+    // Wolfe's minimum-norm point for the rest, deepest keys (smallest whitened norm) first. Its
+    // working set starts with the keys that beat key a in a's own whitened direction (the ones its
+    // certificate is likely made of), or the nearest keys when the whitening failed.
+    std::vector<index_t> todo;
+    for (index_t a = 0; a < m; ++a)
+      if (!decided[std::size_t(a)]) todo.push_back(a);
+    if (whitened) {
+      const Vec depth = y.colwise().squaredNorm().transpose();
+      std::stable_sort(todo.begin(), todo.end(),
+                       [&](index_t a, index_t b) { return depth(a) < depth(b); });
+    }
+    // An interior key's certificate is usually a simplex of r + 1 keys around it; a later key with
+    // non-negative barycentric coordinates in a recent one is interior with those as weights.
+    struct Simplex {
+      std::vector<index_t> cols;
+      Eigen::PartialPivLU<Mat> lu;  // of [z_cols; 1ᵀ]
+    };
+    std::vector<Simplex> simplices;
+    const auto in_simplex = [&](index_t a, KeyCertificate& cert) {
+      Vec rhs(rank + 1);
+      rhs << z.col(a), 1.0;
+      for (const Simplex& sx : simplices) {
+        if (std::find(sx.cols.begin(), sx.cols.end(), a) != sx.cols.end()) continue;
+        const Vec beta = sx.lu.solve(rhs);
+        if (!(beta.minCoeff() >= 0) || !(std::abs(beta.sum() - 1) < 1e-9)) continue;
+        Vec mix = -z.col(a);
+        for (std::size_t k = 0; k < sx.cols.size(); ++k)
+          mix += beta(index_t(k)) * z.col(sx.cols[k]);
+        if (!(mix.norm() <= 0.6 * t)) continue;
+        for (std::size_t k = 0; k < sx.cols.size(); ++k)
+          if (beta(index_t(k)) > 0) {
+            cert.support.push_back(reps[std::size_t(sx.cols[k])]);
+            cert.weights.push_back(beta(index_t(k)));
+          }
+        return true;
+      }
+      return false;
+    };
     detail::MinNormPoint wolfe(z, 0.6 * t, 0.6 * t);
-    const index_t start = std::min<index_t>(m - 1, rank + 16);
-    Vec priority(m);
-    for (index_t a = 0; a < m; ++a) {
-      if (decided[std::size_t(a)]) continue;
-      if (whitened)
-        priority = g.col(a);
-      else
-        priority = -(z.colwise() - z.col(a)).colwise().squaredNorm().transpose();
-      const auto res = wolfe.run(a, priority, start);
+    // The working set: the vertices known so far while they are few (then an interior key is
+    // usually certified without looking at the other keys at all), else the r + 16 keys that beat
+    // key a most in its own whitened direction (or the nearest, without whitening).
+    const index_t start_size = std::min<index_t>(m - 1, rank + 16);
+    std::vector<index_t> known, start, order(static_cast<std::size_t>(m));
+    for (index_t a = 0; a < m; ++a)
+      if (rep_cert[std::size_t(a)].vertex) known.push_back(a);
+    std::vector<double> priority(static_cast<std::size_t>(m));
+    for (const index_t a : todo) {
+      KeyCertificate& cert = rep_cert[std::size_t(a)];
+      if (in_simplex(a, cert)) {
+        ++out.interior;
+        ++out.by_simplex;
+        continue;
+      }
+      if (index_t(known.size()) > rank && index_t(known.size()) <= 3 * start_size) {
+        start = known;
+      } else {
+        for (index_t b = 0; b < m; ++b)
+          priority[std::size_t(b)] = b == a         ? -std::numeric_limits<double>::infinity()
+                                     : g.size() > 0 ? g(b, a)
+                                     : whitened     ? y.col(b).dot(y.col(a))
+                                                    : -(z.col(b) - z.col(a)).squaredNorm();
+        std::iota(order.begin(), order.end(), index_t{0});
+        std::nth_element(order.begin(), order.begin() + start_size - 1, order.end(),
+                         [&](index_t u, index_t v) {
+                           return priority[std::size_t(u)] > priority[std::size_t(v)];
+                         });
+        start.assign(order.begin(), order.begin() + start_size);
+      }
+      const auto res = wolfe.run(a, start);
       out.min_norm_iterations += res.iterations;
       ATTN_CHECK(res.decided, value_error, "certified_vertices: key ", reps[std::size_t(a)],
                  " could not be certified: Wolfe's algorithm stalled at distance ",
                  res.x.norm() * out.spread, " from the other keys' hull, with tolerance ", tau,
                  " (numerically degenerate keys; try a larger tol)");
-      KeyCertificate& cert = rep_cert[std::size_t(a)];
       if (res.vertex) {
         cert.vertex = true;
         cert.direction = to_keys(-res.x);
         ++out.by_min_norm;
-      } else {
-        for (std::size_t k = 0; k < res.point.size(); ++k) {
-          cert.support.push_back(reps[std::size_t(res.point[k])]);
-          cert.weights.push_back(res.lambda[k]);
-        }
-        ++out.interior;
+        known.push_back(a);
+        continue;
       }
-      decided[std::size_t(a)] = 1;
+      for (std::size_t k = 0; k < res.point.size(); ++k) {
+        cert.support.push_back(reps[std::size_t(res.point[k])]);
+        cert.weights.push_back(res.lambda[k]);
+      }
+      ++out.interior;
+      if (index_t(res.point.size()) == rank + 1) {
+        Mat a_mat(rank + 1, rank + 1);
+        for (index_t k = 0; k <= rank; ++k) a_mat.col(k) << z.col(res.point[std::size_t(k)]), 1.0;
+        simplices.insert(simplices.begin(), Simplex{res.point, Eigen::PartialPivLU<Mat>(a_mat)});
+        if (simplices.size() > 64) simplices.pop_back();
+      }
     }
   }
 
