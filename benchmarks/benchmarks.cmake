@@ -8,3 +8,6 @@ if(ATTN_CUDA)  # nvcc; attn_add_cuda_executable is defined in cuda/CMakeLists.tx
   find_package(CLI11 CONFIG REQUIRED)
   attn_add_cuda_executable(bench_cuda_attention cuda_attention.cu LIBS CLI11::CLI11)
 endif()
+if(TARGET attn::hull)
+  attn_add_benchmark(hull hull.cpp LIBS attn::hull)
+endif()

@@ -34,3 +34,7 @@ if(ATTN_CUDA)  # nvcc: tests/cuda/, suites cuda_host (runs anywhere) and cuda_de
   attn_add_cuda_test(cuda cuda/test_cuda.cu)
 endif()
 attn_add_test(attention_online_softmax attention/test_online_softmax.cpp)
+attn_add_test(analysis analysis/test_certified.cpp)
+if(TARGET attn::hull)
+  attn_add_test(analysis_hull analysis/test_hull.cpp LIBS attn::hull)
+endif()
