@@ -3,7 +3,8 @@
 # standard vs symmetric attention and for wiki from scratch vs transferred from Shakespeare, and
 # the final validation loss against the fraction of wiki's training data. Writes SVGs (gnuplot)
 # and prints a Markdown table of each run (final validation loss, best validation loss, mean
-# tokens/s, steps). Does not train; runs that are missing are left out and named on stderr.
+# tokens/s, steps). Does not train; runs that are missing are left out and named on stderr, runs
+# without their `done` marker are marked unfinished (and left out of the fraction plot).
 #
 #   examples/char_gpt/experiments/plot_symmetric_attention.sh runs/symmetric_attention docs/experiments/symmetric_attention
 set -euo pipefail
@@ -54,6 +55,7 @@ for f in 25 50 75 100; do
   name=wiki_fraction_$f
   [[ $f == 100 ]] && name=wiki_scratch
   have "$name" || continue
+  [[ -f "$RUNS/$name/done" ]] || { echo "unfinished: $RUNS/$name" >&2; continue; }
   echo "$f,$(tail -n 1 "$RUNS/$name/log.csv" | cut -d, -f3)" >> "$fractions"
 done
 if [[ -s "$fractions" ]]; then
@@ -78,7 +80,9 @@ echo "| --- | --- | --- | --- | --- |"
 for name in shakespeare_standard shakespeare_symmetric wiki_scratch wiki_transfer \
   wiki_fraction_25 wiki_fraction_50 wiki_fraction_75; do
   [[ -f "$RUNS/$name/log.csv" ]] || continue
-  awk -F, -v name="$name" 'NR > 1 {
+  label=$name
+  [[ -f "$RUNS/$name/done" ]] || label="$name (unfinished)"
+  awk -F, -v name="$label" 'NR > 1 {
       step = $1; last = $3; if (best == "" || $3 < best) best = $3; tps += $6; n++ }
     END { printf "| %s | %d | %.4f | %.4f | %.0f |\n", name, step, last, best, tps / n }' \
     "$RUNS/$name/log.csv"
