@@ -11,17 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "gpt_configs.hpp"
+
 namespace {
 
 using attn::index_t;
 
-struct Config {
-  const char* name;
-  index_t vocab, layers, heads, embd, block;
-};
-// demo: scripts/demo's char_gpt default; A and B: the train_step benchmark's configurations.
-constexpr Config configs[] = {
-    {"demo", 65, 4, 4, 128, 64}, {"A", 256, 4, 8, 256, 128}, {"B", 65, 6, 6, 384, 256}};
+using Config = bench::GptShape;
 
 using Attn =
     attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal,
@@ -45,23 +41,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Config* cfg = nullptr;
-  for (const Config& c : configs)
-    if (which == c.name) cfg = &c;
+  const Config* cfg = bench::find_gpt_shape(which.c_str());
   if (cfg == nullptr || threads < 1 || tokens < 1) {
     std::fprintf(stderr, "bad arguments (config demo, A or B; threads >= 1; tokens >= 1)\n");
     return 2;
   }
   attn::set_num_threads(threads);
 
-  attn::nn::GPTConfig c;
-  c.vocab_size = cfg->vocab;
-  c.block_size = cfg->block;
-  c.layers = cfg->layers;
-  c.heads = cfg->heads;
-  c.d_model = cfg->embd;
-  c.seed = 1;
-  attn::nn::GPT<Attn> model(c);
+  attn::nn::GPT<Attn> model(bench::gpt_config(*cfg));
   const std::vector<std::int32_t> prompt{1};
 
   std::printf(
@@ -90,8 +77,8 @@ int main(int argc, char** argv) {
   // Beyond the block the two samplers see different contexts (the cached one restarts from half
   // a block), so their draws are compared only up to there.
   const std::size_t same = std::size_t(std::min<index_t>(tokens, cfg->block - 1));
-  const bool agree = std::equal(drawn[0].begin(), drawn[0].begin() + std::ptrdiff_t(same),
-                                drawn[1].begin());
+  const bool agree =
+      std::equal(drawn[0].begin(), drawn[0].begin() + std::ptrdiff_t(same), drawn[1].begin());
   std::printf("  the first %zu tokens agree: %s\n", same, agree ? "yes" : "NO");
   return agree ? 0 : 1;
 }

@@ -26,15 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "gpt_configs.hpp"
+
 namespace {
 
 using attn::index_t;
 
-struct Config {
-  const char* name;
-  index_t vocab, layers, heads, embd, block, batch;
-};
-constexpr Config configs[] = {{"A", 256, 4, 8, 256, 128, 32}, {"B", 65, 6, 6, 384, 256, 16}};
+using Config = bench::GptShape;
 
 using Attn =
     attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal,
@@ -156,15 +154,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Config* cfg = nullptr;
-  for (const Config& c : configs)
-    if (which == c.name) cfg = &c;
+  const Config* cfg = bench::find_gpt_shape(which.c_str());
   const bool gemm_ok = gemm == "auto" || gemm == "eigen" ||
                        ((gemm == "openblas" || gemm == "compare") && attn::have_openblas());
   if (cfg == nullptr || threads < 1 || steps < 1 || !gemm_ok) {
-    std::fprintf(stderr,
-                 "bad arguments (config A or B, threads >= 1, steps >= 1, gemm auto, eigen, or "
-                 "openblas / compare when built with OpenBLAS)\n");
+    std::fprintf(
+        stderr,
+        "bad arguments (config demo, A or B, threads >= 1, steps >= 1, gemm auto, eigen, or "
+        "openblas / compare when built with OpenBLAS)\n");
     return 2;
   }
   attn::set_num_threads(threads);
@@ -180,14 +177,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  attn::nn::GPTConfig c;
-  c.vocab_size = cfg->vocab;
-  c.block_size = cfg->block;
-  c.layers = cfg->layers;
-  c.heads = cfg->heads;
-  c.d_model = cfg->embd;
-  c.seed = 1;
-  attn::nn::GPT<Attn> model(c);
+  attn::nn::GPT<Attn> model(bench::gpt_config(*cfg));
   auto params = attn::optim::parameters_of<float>(model);
   attn::optim::AdamConfig ac;
   ac.lr = 1e-4;
