@@ -180,6 +180,32 @@ TEST_CASE("certified_vertices: any dimension, every certificate checked independ
   CHECK(cf.vertices == analysis::certified_vertices(attn::cast<double>(kf)).vertices);
 }
 
+TEST_CASE("certified_vertices: badly scaled keys (one axis 1e-7 of the other) agree with 2-D") {
+  // Condition number 1e7: Wolfe's algorithm in the keys' own coordinates stalls on these (it made
+  // certified_vertices throw before it ran on whitened keys); the vertex set is that of the
+  // unscaled points.
+  attn::Rng rng(29);
+  Tensor<double> p({40, 2}), k({40, 2});
+  for (index_t i = 0; i < 40; ++i) {
+    p(i, 0) = rng.normal();
+    p(i, 1) = rng.normal();
+    k(i, 0) = p(i, 0);
+    k(i, 1) = 1e-7 * p(i, 1);
+  }
+  const auto c = analysis::certified_vertices(k);
+  require_certified(k, c);
+  CHECK(c.vertices == hull_2d(p));
+}
+
+TEST_CASE("certified_vertices: low dimension, most interior keys certified by simplex sweeps") {
+  attn::Rng rng(31);
+  const Tensor<double> k = attn::test::gaussian_keys(400, 3, rng);
+  const auto c = analysis::certified_vertices(k);
+  require_certified(k, c);
+  CHECK(c.by_simplex > c.interior / 2);  // the sweep is what makes low dimension fast
+  CHECK(c.by_simplex <= c.interior);
+}
+
 TEST_CASE("check_certificates: rejects every kind of wrong certificate") {
   attn::Rng rng(14);
   const Tensor<double> k = attn::test::clustered_keys(80, 4, 3, 0.4, rng);

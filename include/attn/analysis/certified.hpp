@@ -9,16 +9,23 @@
 // direction w with w·k_i > max_{j≠i} w·k_j, and the query t·w drives α_i → 1 as t → ∞.
 //
 // The algorithm, per key (all in double, on an orthonormal basis of the keys' affine hull):
-//   1. cheap vertex certificates: the key's own whitened direction w = Σ⁻¹(k_i − mean) and the
-//      maximiser and minimiser of a few random whitened directions; each key they separate by
-//      the margin below is a vertex, with that w as its certificate;
-//   2. for the rest, the minimum-norm point x of conv{k_j − k_i : j ≠ i} by Wolfe's algorithm
-//      (1976): x is the point of the others' hull nearest to k_i, minus k_i. The loop stops as soon
-//      as the duality bound min_j ⟨x, k_j − k_i⟩ / ‖x‖ (a lower bound on the distance) proves the
-//      key outside, then w = −x certifies a vertex; or when ‖x‖ is within the tolerance, then x's
-//      convex weights λ certify an interior key. This is the dual of the "margin" LP
-//      max t s.t. ⟨w, k_i − k_j⟩ ≥ t ‖w‖ (the margin is the distance), solved in the d-dimensional
-//      space of w; the feasibility LP in N − 1 variables is never formed.
+//   1. cheap vertex certificates: the key's own whitened direction w = Σ⁻¹(k_i − mean) (when the
+//      dimension is above 8: in low dimension most keys are interior) and the maximiser and
+//      minimiser of 64 random whitened directions; each key they separate by the margin below is
+//      a vertex, with that w as its certificate;
+//   2. for the rest, deepest (smallest whitened norm) first, the minimum-norm point x of
+//      conv{k_j − k_i : j ≠ i} by Wolfe's algorithm (1976), run on the whitened keys (where
+//      per-dimension scales do not slow it down; its gaps are scaled so that its answers meet the
+//      policy below in the original coordinates): x is the point of the others' hull nearest to
+//      k_i, minus k_i. The loop stops as soon as the duality bound min_j ⟨x, k_j − k_i⟩ / ‖x‖ (a
+//      lower bound on the distance) proves the key outside, then w = −x certifies a vertex; or
+//      when ‖x‖ is within the tolerance, then x's convex weights λ certify an interior key. This is
+//      the dual of the "margin" LP max t s.t. ⟨w, k_i − k_j⟩ ≥ t ‖w‖ (the margin is the distance),
+//      solved in the d-dimensional space of w; the feasibility LP in N − 1 variables is never
+//      formed. An interior key right after another starts from that one's certificate;
+//   3. each interior certificate that is a full simplex (d + 1 keys) is tested against all keys
+//      still to do at once: those with non-negative barycentric coordinates in it are interior,
+//      with those as weights (most keys, in low dimension; given up where simplices stay empty).
 //
 // Tolerance policy. Let spread = max_j ‖k_j − mean‖ and τ = tol · spread (tol = 1e-9 by default):
 //   * copies: a key within τ/8 of an earlier distinct key is its copy (exact duplicates always
@@ -43,7 +50,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -57,7 +63,7 @@ namespace attn::analysis {
 
 struct CertifyOptions {
   double tol = 1e-9;               // τ = tol · spread (see the policy above)
-  index_t random_directions = 16;  // cheap certificates: each tries the max and min key
+  index_t random_directions = 64;  // cheap certificates: each tries the max and min key
   std::uint64_t seed = 0;          // of the random directions; only keys in the band depend on it
 };
 
@@ -125,15 +131,25 @@ inline std::vector<index_t> merge_copies(const Mat& x, double radius) {
   for (index_t c = 0; c < d; ++c) u(c) = rng.normal();
   const Vec v = x * u;
   const double window = radius * u.norm();
-  std::multimap<double, index_t> reps;  // projection -> representative
+  std::vector<index_t> sorted(static_cast<std::size_t>(n)), at(sorted.size());
+  std::iota(sorted.begin(), sorted.end(), index_t{0});
+  std::sort(sorted.begin(), sorted.end(), [&](index_t a, index_t b) { return v(a) < v(b); });
+  for (index_t k = 0; k < n; ++k) at[std::size_t(sorted[std::size_t(k)])] = k;
   for (index_t i = 0; i < n; ++i) {
+    // The earlier representatives whose projections are within the window, on both sides.
     index_t found = -1;
-    for (auto it = reps.lower_bound(v(i) - window); it != reps.end() && it->first <= v(i) + window;
-         ++it)
-      if ((found < 0 || it->second < found) && (x.row(i) - x.row(it->second)).norm() <= radius)
-        found = it->second;
-    rep[static_cast<std::size_t>(i)] = found < 0 ? i : found;
-    if (found < 0) reps.emplace(v(i), i);
+    const auto consider = [&](index_t j) {
+      if (j < i && rep[std::size_t(j)] == j && (found < 0 || j < found) &&
+          (x.row(i) - x.row(j)).norm() <= radius)
+        found = j;
+    };
+    for (index_t k = at[std::size_t(i)] - 1; k >= 0 && v(sorted[std::size_t(k)]) >= v(i) - window;
+         --k)
+      consider(sorted[std::size_t(k)]);
+    for (index_t k = at[std::size_t(i)] + 1; k < n && v(sorted[std::size_t(k)]) <= v(i) + window;
+         ++k)
+      consider(sorted[std::size_t(k)]);
+    rep[std::size_t(i)] = found < 0 ? i : found;
   }
   return rep;
 }
@@ -142,6 +158,8 @@ inline std::vector<index_t> merge_copies(const Mat& x, double radius) {
 // points, stopped as soon as the answer is decided: "vertex" once the duality bound
 // min_j ⟨x, z_j − z_i⟩ / ‖x‖ (a lower bound on the distance, since every point p of the hull has
 // ⟨x/‖x‖, p⟩ ≥ it) exceeds vertex_gap; "interior" once ‖x‖ ≤ interior_gap.
+// With a metric L (lower triangular; z = L⁻¹ z' for the caller's points z'), both are decided in
+// the caller's coordinates: the direction −x is −L⁻ᵀx there and the residual x is L x.
 //
 // The linear oracle (argmin_j ⟨x, z_j⟩, the costly step) runs over a working set of columns, the
 // most promising ones first; a decision reached on the working set is confirmed by one oracle over
@@ -160,8 +178,15 @@ class MinNormPoint {
     index_t iterations = 0;
   };
 
-  MinNormPoint(const Mat& z, double vertex_gap, double interior_gap)
-      : z_(z), vertex_gap_(vertex_gap), interior_gap_(interior_gap) {
+  // s_min and s_max bound L's singular values (only used to skip exact norms when not needed).
+  MinNormPoint(const Mat& z, double vertex_gap, double interior_gap, const Mat* metric = nullptr,
+               double s_min = 1, double s_max = 1)
+      : z_(z),
+        vertex_gap_(vertex_gap),
+        interior_gap_(interior_gap),
+        metric_(metric),
+        s_min_(s_min),
+        s_max_(s_max) {
     const index_t r = z.rows(), cap = r + 2, m = z.cols();
     chol_.resize(cap, cap);
     p_.resize(r, cap);
@@ -170,12 +195,18 @@ class MinNormPoint {
     u_.resize(cap);
     b_.resize(cap);
     zw_.resize(r, m);
+    if (r <= 8) zt_ = z.transpose(), zwt_.resize(m, r);
     in_w_.assign(std::size_t(m), 0);
+    pos_.assign(std::size_t(m), 0);
     all_scores_.resize(m);
   }
 
-  // The working set starts with the columns `start` (any that are i are skipped).
-  Result run(index_t i, const std::vector<index_t>& start) {
+  // The working set starts with the columns `start` and `warm` (any that are i are skipped). A
+  // non-empty `warm` (typically the corral that certified a nearby interior key) is the starting
+  // corral, at its centroid: when z_i lies inside its simplex the first minor cycle ends at x = 0.
+  // The result lives in this object until the next run.
+  const Result& run(index_t i, const std::vector<index_t>& start,
+                    const std::vector<index_t>& warm = {}) {
     const index_t m = z_.cols(), r = z_.rows();
     for (const index_t j : wglob_) in_w_[std::size_t(j)] = 0;
     in_w_[std::size_t(i_)] = 0;
@@ -187,49 +218,63 @@ class MinNormPoint {
     in_w_[std::size_t(i)] = 1;  // never a candidate
     for (const index_t j : start)
       if (!in_w_[std::size_t(j)]) enter(j);
+    for (const index_t j : warm)
+      if (!in_w_[std::size_t(j)]) enter(j);
     if (wglob_.empty())
       for (index_t j = 0; j < m && wglob_.empty(); ++j)
         if (j != i) enter(j);
 
-    Result res;
-    // Start from the nearest working-set point.
-    index_t first = 0;
-    double best = std::numeric_limits<double>::infinity();
-    for (index_t a = 0; a < index_t(wglob_.size()); ++a) {
-      const double n2 = (zw_.col(a) - zi_).squaredNorm();
-      if (n2 < best) best = n2, first = a;
+    Result& res = res_;
+    res.vertex = false;
+    res.decided = true;
+    res.iterations = 0;
+    if (!warm_start(i, warm)) {
+      // Start from the nearest working-set point.
+      size_ = 0;
+      corral_.clear();
+      index_t first = 0;
+      double best = std::numeric_limits<double>::infinity();
+      for (index_t a = 0; a < index_t(wglob_.size()); ++a) {
+        const double n2 = (z_.col(wglob_[std::size_t(a)]) - zi_).squaredNorm();
+        if (n2 < best) best = n2, first = a;
+      }
+      if (!add(first)) return stalled(res);
+      lambda_(0) = 1.0;
+      x_ = p_.col(0);
     }
-    if (!add(first)) return stalled(res);
-    lambda_(0) = 1.0;
-    x_ = p_.col(0);
     const index_t max_iterations = 30 * (r + 1) + 300;
     Vec scores;
     for (res.iterations = 1; res.iterations <= max_iterations; ++res.iterations) {
       const index_t w = index_t(wglob_.size());
-      scores.noalias() = zw_.leftCols(w).transpose() * x_;
+      if (r <= 8)
+        scores.noalias() = zwt_.topRows(w) * x_;
+      else
+        scores.noalias() = zw_.leftCols(w).transpose() * x_;
       const double xzi = x_.dot(zi_), xx = x_.squaredNorm(), xnorm = std::sqrt(xx);
-      if (xnorm <= interior_gap_) return interior(res);
+      if (within(xnorm, interior_gap_)) return interior(res);
       index_t j = 0;
       double low = std::numeric_limits<double>::infinity();
       for (index_t a = 0; a < w; ++a)
         if (scores(a) - xzi < low) low = scores(a) - xzi, j = a;
-      const bool local_vertex = low > vertex_gap_ * xnorm;
-      const bool local_optimum = xx - low <= 1e-12 * std::max(xx, (zw_.col(j) - zi_).squaredNorm());
+      const bool local_vertex = separates(low, xnorm, vertex_gap_);
+      const bool local_optimum =
+          xx - low <= 1e-12 * std::max(xx, (z_.col(wglob_[std::size_t(j)]) - zi_).squaredNorm());
       if (local_vertex || local_optimum) {
         // Confirm on every column; columns outside the working set that improve x join it.
-        all_scores_.noalias() = z_.transpose() * x_;
-        double all_low = std::numeric_limits<double>::infinity();
-        improving_.clear();
-        for (index_t k = 0; k < m; ++k) {
-          if (k == i) continue;
-          const double sk = all_scores_(k) - xzi;
-          all_low = std::min(all_low, sk);
-          if (!in_w_[std::size_t(k)] && sk < xx * (1 - 1e-12)) improving_.emplace_back(sk, k);
-        }
-        if (all_low > vertex_gap_ * xnorm) {
+        if (r <= 8)
+          all_scores_.noalias() = zt_ * x_;
+        else
+          all_scores_.noalias() = z_.transpose() * x_;
+        all_scores_(i) = std::numeric_limits<double>::infinity();
+        if (separates(all_scores_.minCoeff() - xzi, xnorm, vertex_gap_)) {
           res.vertex = true;
           return finish(res);
         }
+        improving_.clear();
+        const double bar = xzi + xx * (1 - 1e-12);  // ⟨x, z_k − z_i⟩ < ‖x‖²: z_k improves x
+        for (index_t k = 0; k < m; ++k)
+          if (all_scores_(k) < bar && !in_w_[std::size_t(k)])
+            improving_.emplace_back(all_scores_(k) - xzi, k);
         if (improving_.empty()) return stalled(res);
         // The 32 that improve most join.
         const std::size_t batch = std::min<std::size_t>(improving_.size(), 32);
@@ -248,9 +293,26 @@ class MinNormPoint {
  private:
   // Column j of z joins the working set.
   void enter(index_t j) {
-    zw_.col(index_t(wglob_.size())) = z_.col(j);
+    pos_[std::size_t(j)] = index_t(wglob_.size());
+    if (z_.rows() <= 8)
+      zwt_.row(index_t(wglob_.size())) = z_.col(j).transpose();
+    else
+      zw_.col(index_t(wglob_.size())) = z_.col(j);
     wglob_.push_back(j);
     in_w_[std::size_t(j)] = 1;
+  }
+
+  // The corral `warm` (those of its columns that are affinely independent), λ uniform, then one
+  // minor cycle. False when nothing of it is usable.
+  bool warm_start(index_t i, const std::vector<index_t>& warm) {
+    size_ = 0;
+    corral_.clear();
+    for (const index_t j : warm)
+      if (j != i) add(pos_[std::size_t(j)]);
+    if (size_ < 2) return false;
+    lambda_.head(size_).setConstant(1.0 / double(size_));
+    x_.noalias() = p_.leftCols(size_) * lambda_.head(size_);
+    return affine_step();
   }
 
   // Working-set column a joins the corral: R gains a row and column. Fails when the point is
@@ -258,7 +320,7 @@ class MinNormPoint {
   bool add(index_t a) {
     const index_t s = size_;
     if (s + 1 > chol_.rows()) return false;
-    p_.col(s) = zw_.col(a) - zi_;
+    p_.col(s) = z_.col(wglob_[std::size_t(a)]) - zi_;
     auto b = b_.head(s);
     b.setOnes();
     if (s > 0) {
@@ -353,14 +415,14 @@ class MinNormPoint {
       return res;
     }
     const double xnorm = x_.norm();
-    if (xnorm <= 1.04 * interior_gap_) return interior(res);
+    if (within(xnorm, 1.04 * interior_gap_)) return interior(res);
     all_scores_.noalias() = z_.transpose() * x_;
     const double xzi = x_.dot(zi_);
     double low = std::numeric_limits<double>::infinity();
     for (index_t k = 0; k < z_.cols(); ++k)
       if (k != i_) low = std::min(low, all_scores_(k) - xzi);
     // A vertex with less margin than asked for, but the 0.5 τ the policy needs.
-    if (low > (0.5 / 0.6) * vertex_gap_ * xnorm) {
+    if (separates(low, xnorm, (0.5 / 0.6) * vertex_gap_)) {
       res.vertex = true;
       return res;
     }
@@ -369,11 +431,34 @@ class MinNormPoint {
   }
 
   const Mat& z_;
+  // Whether x = x_ (of norm xnorm) is a residual within gap: ‖L x‖ ≤ gap.
+  bool within(double xnorm, double gap) {
+    if (!metric_) return xnorm <= gap;
+    if (xnorm * s_min_ > gap) return false;
+    tmp_.noalias() = metric_->triangularView<Eigen::Lower>() * x_;
+    return tmp_.norm() <= gap;
+  }
+  // Whether low = min_j ⟨x, z_j − z_i⟩ proves a margin of gap in direction −x: low > gap ‖L⁻ᵀx‖.
+  bool separates(double low, double xnorm, double gap) {
+    if (!metric_) return low > gap * xnorm;
+    if (!(low > gap * xnorm / s_max_)) return false;
+    if (low > gap * xnorm / s_min_) return true;
+    tmp_ = x_;
+    metric_->transpose().triangularView<Eigen::Upper>().solveInPlace(tmp_);
+    return low > gap * tmp_.norm();
+  }
+
   double vertex_gap_, interior_gap_;
+  const Mat* metric_;
+  double s_min_, s_max_;
+  Vec tmp_;
   Vec zi_, x_, lambda_, all_scores_, v_, u_, b_;
   index_t i_ = 0, size_ = 0;
-  Mat chol_, p_, zw_;
-  std::vector<index_t> corral_, wglob_;
+  // The working set's points as columns (zw_) or, in low dimension, where a gemv over short
+  // columns is slow, as rows (zwt_, with zt_ = zᵀ for all points).
+  Mat chol_, p_, zw_, zt_, zwt_;
+  std::vector<index_t> corral_, wglob_, pos_;
+  Result res_;
   std::vector<std::pair<double, index_t>> improving_;
   std::vector<char> in_w_;
 };
@@ -425,9 +510,10 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
     // otherwise a rank-revealing QR gives the directions in which some key reaches past τ/(8√d).
     Mat cov = detail::gemm_tn(c, c) / double(m);
     bool full_rank = false;
+    Vec spectrum;  // eigenvalues of the final cov, ascending (computed below when not full rank)
     if (m > d) {
-      const Eigen::SelfAdjointEigenSolver<Mat> eig(cov, Eigen::EigenvaluesOnly);
-      full_rank = eig.eigenvalues()(0) > 1e-8 * eig.eigenvalues()(d - 1);
+      spectrum = Eigen::SelfAdjointEigenSolver<Mat>(cov, Eigen::EigenvaluesOnly).eigenvalues();
+      full_rank = spectrum(0) > 1e-8 * spectrum(d - 1);
     }
     Mat basis, z;  // basis [d, r] (empty when full rank); z [r, M]
     index_t rank = d;
@@ -481,31 +567,42 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
           if (certify(a, w_all.col(a), g(a, a) - best)) ++out.by_whitened;
         }
       }
-      // Random whitened directions u: the keys with the largest and smallest ⟨u, y⟩.
-      Rng rng(options.seed);
-      for (index_t k = 0; k < options.random_directions; ++k) {
-        Vec u(rank);
-        for (index_t e = 0; e < rank; ++e) u(e) = rng.normal();
-        const Vec s = y.transpose() * u;
-        const Vec w = llt.matrixU().solve(u);
-        for (const double sign : {1.0, -1.0}) {
-          index_t top = 0;
-          double first = -std::numeric_limits<double>::infinity(), second = first;
-          for (index_t a = 0; a < m; ++a) {
-            const double v_a = sign * s(a);
-            if (v_a > first)
-              second = first, first = v_a, top = a;
-            else if (v_a > second)
-              second = v_a;
-          }
-          if (certify(top, sign * w, first - second)) ++out.by_random;
+      // Random whitened directions u: the keys with the largest and smallest ⟨u, y⟩, all
+      // directions scored in one product.
+      if (options.random_directions > 0) {
+        Rng rng(options.seed);
+        Mat u(rank, options.random_directions);
+        for (index_t k = 0; k < u.cols(); ++k)
+          for (index_t e = 0; e < rank; ++e) u(e, k) = rng.normal();
+        const Mat scores = detail::gemm_tn(u, y);  // [directions, M]
+        const Mat w = llt.matrixU().solve(u);      // the directions in z: L⁻ᵀ u
+        // Per direction: the largest and second largest score, the smallest and second smallest,
+        // and the keys that have the extremes (the first on ties), one key at a time across all
+        // directions (branch-free).
+        const double inf = std::numeric_limits<double>::infinity();
+        const index_t dirs = u.cols();
+        Eigen::ArrayXd first = Eigen::ArrayXd::Constant(dirs, -inf), second = first;
+        Eigen::ArrayXd last = Eigen::ArrayXd::Constant(dirs, inf), next_last = last;
+        Eigen::ArrayXd top = Eigen::ArrayXd::Zero(dirs), bottom = top;
+        for (index_t a = 0; a < m; ++a) {
+          const auto v = scores.col(a).array();
+          second = second.max(first.min(v));
+          top = (v > first).select(double(a), top);
+          first = first.max(v);
+          next_last = next_last.min(last.max(v));
+          bottom = (v < last).select(double(a), bottom);
+          last = last.min(v);
+        }
+        for (index_t k = 0; k < dirs; ++k) {
+          if (certify(index_t(top(k)), w.col(k), first(k) - second(k))) ++out.by_random;
+          if (certify(index_t(bottom(k)), -w.col(k), next_last(k) - last(k))) ++out.by_random;
         }
       }
     }
 
-    // Wolfe's minimum-norm point for the rest, deepest keys (smallest whitened norm) first. Its
-    // working set starts with the keys that beat key a in a's own whitened direction (the ones its
-    // certificate is likely made of), or the nearest keys when the whitening failed.
+    // Wolfe's minimum-norm point for the rest, deepest keys (smallest whitened norm) first: the
+    // interior keys come first, and each interior certificate is a simplex of keys that may hold
+    // later keys too.
     std::vector<index_t> todo;
     for (index_t a = 0; a < m; ++a)
       if (!decided[std::size_t(a)]) todo.push_back(a);
@@ -514,88 +611,159 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
       std::stable_sort(todo.begin(), todo.end(),
                        [&](index_t a, index_t b) { return depth(a) < depth(b); });
     }
-    // An interior key's certificate is usually a simplex of r + 1 keys around it; a later key with
-    // non-negative barycentric coordinates in a recent one is interior with those as weights.
-    struct Simplex {
-      std::vector<index_t> cols;
-      Eigen::PartialPivLU<Mat> lu;  // of [z_cols; 1ᵀ]
-    };
-    std::vector<Simplex> simplices;
-    const auto in_simplex = [&](index_t a, KeyCertificate& cert) {
-      Vec rhs(rank + 1);
-      rhs << z.col(a), 1.0;
-      for (const Simplex& sx : simplices) {
-        if (std::find(sx.cols.begin(), sx.cols.end(), a) != sx.cols.end()) continue;
-        const Vec beta = sx.lu.solve(rhs);
-        if (!(beta.minCoeff() >= 0) || !(std::abs(beta.sum() - 1) < 1e-9)) continue;
-        Vec mix = -z.col(a);
-        for (std::size_t k = 0; k < sx.cols.size(); ++k)
-          mix += beta(index_t(k)) * z.col(sx.cols[k]);
-        if (!(mix.norm() <= 0.6 * t)) continue;
-        for (std::size_t k = 0; k < sx.cols.size(); ++k)
-          if (beta(index_t(k)) > 0) {
-            cert.support.push_back(reps[std::size_t(sx.cols[k])]);
-            cert.weights.push_back(beta(index_t(k)));
-          }
-        return true;
-      }
-      return false;
-    };
+    std::vector<char> pending(static_cast<std::size_t>(m), 0);
+    for (const index_t a : todo) pending[std::size_t(a)] = 1;
+
+    // Wolfe runs on the whitened keys y = L⁻¹ z, where per-dimension scales (realistic keys, badly
+    // scaled axes) no longer slow it down or stall it, deciding in z through the metric L: a
+    // direction w_y is w = L⁻ᵀ w_y in z, with ⟨w, z_a − z_b⟩ = ⟨w_y, y_a − y_b⟩, and a residual
+    // Σ λ_b y_b − y_a is L times that in z. Where that fails (a stall, or no whitening) Wolfe runs
+    // on z itself.
+    double s_min = 0, s_max = 0;
+    Mat ell;
+    if (whitened) {
+      if (!full_rank)
+        spectrum = Eigen::SelfAdjointEigenSolver<Mat>(cov, Eigen::EigenvaluesOnly).eigenvalues();
+      s_min = std::sqrt(std::max(spectrum(0), 0.0));
+      s_max = std::sqrt(std::max(spectrum(rank - 1), 0.0));
+      ell = llt.matrixL();
+    }
+    const bool wolfe_whitened = whitened && s_min > 0;
     detail::MinNormPoint wolfe(z, 0.6 * t, 0.6 * t);
-    // The working set: the vertices known so far while they are few (then an interior key is
-    // usually certified without looking at the other keys at all), else the r + 16 keys that beat
-    // key a most in its own whitened direction (or the nearest, without whitening).
-    const index_t start_size = std::min<index_t>(m - 1, rank + 16);
-    std::vector<index_t> known, start, order(static_cast<std::size_t>(m));
-    for (index_t a = 0; a < m; ++a)
-      if (rep_cert[std::size_t(a)].vertex) known.push_back(a);
-    std::vector<double> priority(static_cast<std::size_t>(m));
-    for (const index_t a : todo) {
-      KeyCertificate& cert = rep_cert[std::size_t(a)];
-      if (in_simplex(a, cert)) {
+    detail::MinNormPoint wolfe_y(wolfe_whitened ? y : z, 0.6 * t, 0.6 * t,
+                                 wolfe_whitened ? &ell : nullptr, s_min, s_max);
+    bool by_whitened_wolfe = false;  // the last min_norm() answered on y
+    const auto min_norm = [&](index_t a, const std::vector<index_t>& start,
+                              const std::vector<index_t>& warm) -> const auto& {
+      by_whitened_wolfe = wolfe_whitened;
+      if (wolfe_whitened) {
+        const auto& res = wolfe_y.run(a, start, warm);
+        out.min_norm_iterations += res.iterations;
+        if (res.decided) return res;
+        by_whitened_wolfe = false;
+      }
+      const auto& res = wolfe.run(a, start, warm);
+      out.min_norm_iterations += res.iterations;
+      return res;
+    };
+
+    // The keys still to do that lie in the simplex `cols` (r + 1 keys) are interior, with their
+    // barycentric coordinates as weights; tested for all of them at once, on their homogeneous
+    // coordinates h = [z; 1] in todo order (compacted as keys get decided). Thin simplices (high
+    // dimension) rarely hold another key: after 4 in a row that held none, no more are tried.
+    Mat h, bary;  // h: [todo, r + 1], a key's row [z_aᵀ 1]; bary: barycentric coordinates, same
+    const auto fill_h = [&] {
+      h.resize(index_t(todo.size()), rank + 1);
+      for (index_t c = 0; c < h.rows(); ++c)
+        h.row(c) << z.col(todo[std::size_t(c)]).transpose(), 1.0;
+    };
+    fill_h();
+    Mat corners(rank + 1, rank + 1);
+    Vec mix(rank), low;
+    index_t barren = 0;
+    std::size_t undecided = todo.size();  // keys of todo still pending
+    const auto sweep = [&](const std::vector<index_t>& cols, std::size_t from) {
+      const index_t count = index_t(todo.size()) - index_t(from);
+      if (count <= 0) return;
+      for (index_t k = 0; k <= rank; ++k) corners.col(k) << z.col(cols[std::size_t(k)]), 1.0;
+      const Mat inverse = Eigen::PartialPivLU<Mat>(corners).inverse();
+      // One column per barycentric coordinate, each a gemv over the keys (no GEMM packing).
+      bary.resize(count, rank + 1);
+      for (index_t k = 0; k <= rank; ++k) {
+        bary.col(k).noalias() = h.bottomRows(count) * inverse.row(k).transpose();
+        if (k == 0)
+          low = bary.col(0);
+        else
+          low = low.cwiseMin(bary.col(k));
+      }
+      index_t hits = 0;
+      for (index_t c = 0; c < count; ++c) {
+        if (!(low(c) >= 0)) continue;
+        const index_t a = todo[from + std::size_t(c)];
+        const auto beta = bary.row(c);
+        if (!pending[std::size_t(a)] || !(std::abs(beta.sum() - 1) < 1e-9) ||
+            std::find(cols.begin(), cols.end(), a) != cols.end())
+          continue;
+        mix = -z.col(a);
+        for (index_t k = 0; k <= rank; ++k) mix += beta(k) * z.col(cols[std::size_t(k)]);
+        if (!(mix.norm() <= 0.6 * t)) continue;
+        KeyCertificate& cert = rep_cert[std::size_t(a)];
+        cert.support.reserve(std::size_t(rank + 1));
+        cert.weights.reserve(std::size_t(rank + 1));
+        for (index_t k = 0; k <= rank; ++k)
+          if (beta(k) > 0) {
+            cert.support.push_back(reps[std::size_t(cols[std::size_t(k)])]);
+            cert.weights.push_back(beta(k));
+          }
+        pending[std::size_t(a)] = 0;
+        --undecided;
         ++out.interior;
         ++out.by_simplex;
-        continue;
+        ++hits;
       }
-      if (index_t(known.size()) > rank && index_t(known.size()) <= 3 * start_size) {
+      barren = hits > 0 ? 0 : barren + 1;
+    };
+
+    // The working set: the vertices known so far while they are few (then an interior key is
+    // usually certified without looking at the other keys at all; in low dimension they stay few),
+    // else the r + 16 keys that beat key a most in its own whitened direction (or the nearest,
+    // without whitening). An interior key right after another starts from its certificate.
+    const index_t start_size = std::min<index_t>(m - 1, rank + 16);
+    std::vector<index_t> known, start, order(static_cast<std::size_t>(m)), last_corral, no_corral;
+    for (index_t a = 0; a < m; ++a)
+      if (rep_cert[std::size_t(a)].vertex) known.push_back(a);
+    Vec priority(m);
+    bool last_interior = false;
+    for (std::size_t next = 0; next < todo.size(); ++next) {
+      if (undecided * 2 < todo.size() - next && todo.size() - next > 64) {  // compact todo and h
+        todo.erase(std::remove_if(todo.begin() + std::ptrdiff_t(next), todo.end(),
+                                  [&](index_t k) { return !pending[std::size_t(k)]; }),
+                   todo.end());
+        todo.erase(todo.begin(), todo.begin() + std::ptrdiff_t(next));
+        next = 0;
+        fill_h();
+      }
+      const index_t a = todo[next];
+      if (!pending[std::size_t(a)]) continue;
+      pending[std::size_t(a)] = 0;
+      --undecided;
+      KeyCertificate& cert = rep_cert[std::size_t(a)];
+      if (index_t(known.size()) > rank && (rank <= 8 || index_t(known.size()) <= 3 * start_size)) {
         start = known;
       } else {
-        for (index_t b = 0; b < m; ++b)
-          priority[std::size_t(b)] = b == a         ? -std::numeric_limits<double>::infinity()
-                                     : g.size() > 0 ? g(b, a)
-                                     : whitened     ? y.col(b).dot(y.col(a))
-                                                    : -(z.col(b) - z.col(a)).squaredNorm();
+        if (g.size() > 0)
+          priority = g.col(a);
+        else if (whitened)
+          priority.noalias() = y.transpose() * y.col(a);
+        else
+          priority = -(z.colwise() - z.col(a)).colwise().squaredNorm().transpose();
+        priority(a) = -std::numeric_limits<double>::infinity();
         std::iota(order.begin(), order.end(), index_t{0});
         std::nth_element(order.begin(), order.begin() + start_size - 1, order.end(),
-                         [&](index_t u, index_t v) {
-                           return priority[std::size_t(u)] > priority[std::size_t(v)];
-                         });
+                         [&](index_t u, index_t v) { return priority(u) > priority(v); });
         start.assign(order.begin(), order.begin() + start_size);
       }
-      const auto res = wolfe.run(a, start);
-      out.min_norm_iterations += res.iterations;
+      const auto& res = min_norm(a, start, last_interior ? last_corral : no_corral);
       ATTN_CHECK(res.decided, value_error, "certified_vertices: key ", reps[std::size_t(a)],
                  " could not be certified: Wolfe's algorithm stalled at distance ",
                  res.x.norm() * out.spread, " from the other keys' hull, with tolerance ", tau,
                  " (numerically degenerate keys; try a larger tol)");
+      last_interior = !res.vertex;
       if (res.vertex) {
         cert.vertex = true;
-        cert.direction = to_keys(-res.x);
+        cert.direction =
+            to_keys(by_whitened_wolfe ? Vec(llt.matrixU().solve(-res.x)) : Vec(-res.x));
         ++out.by_min_norm;
         known.push_back(a);
         continue;
       }
-      for (std::size_t k = 0; k < res.point.size(); ++k) {
-        cert.support.push_back(reps[std::size_t(res.point[k])]);
-        cert.weights.push_back(res.lambda[k]);
-      }
+      cert.weights = res.lambda;
+      cert.support.resize(res.point.size());
+      for (std::size_t k = 0; k < res.point.size(); ++k)
+        cert.support[k] = reps[std::size_t(res.point[k])];
       ++out.interior;
-      if (index_t(res.point.size()) == rank + 1) {
-        Mat a_mat(rank + 1, rank + 1);
-        for (index_t k = 0; k <= rank; ++k) a_mat.col(k) << z.col(res.point[std::size_t(k)]), 1.0;
-        simplices.insert(simplices.begin(), Simplex{res.point, Eigen::PartialPivLU<Mat>(a_mat)});
-        if (simplices.size() > 64) simplices.pop_back();
-      }
+      last_corral = res.point;
+      if (index_t(res.point.size()) == rank + 1 && barren < 4) sweep(res.point, next + 1);
     }
   }
 
@@ -603,8 +771,11 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
   std::vector<index_t> rep_slot(static_cast<std::size_t>(n), -1);
   for (index_t a = 0; a < m; ++a) rep_slot[std::size_t(reps[std::size_t(a)])] = a;
   for (index_t i = 0; i < n; ++i) {
-    const index_t slot = rep_slot[std::size_t(out.representative[std::size_t(i)])];
-    out.certificates[std::size_t(i)] = rep_cert[std::size_t(slot)];
+    const index_t r = out.representative[std::size_t(i)];
+    if (r == i)
+      out.certificates[std::size_t(i)] = std::move(rep_cert[std::size_t(rep_slot[std::size_t(i)])]);
+    else
+      out.certificates[std::size_t(i)] = out.certificates[std::size_t(r)];  // r < i: already set
     if (out.certificates[std::size_t(i)].vertex) out.vertices.push_back(i);
   }
   return out;
