@@ -208,16 +208,22 @@ class MinNormPoint {
   const Result& run(index_t i, const std::vector<index_t>& start,
                     const std::vector<index_t>& warm = {}) {
     const index_t m = z_.cols(), r = z_.rows();
-    for (const index_t j : wglob_) in_w_[std::size_t(j)] = 0;
+    // The working set's first entries stay when they are this start's first entries (the caller
+    // often passes a list that only grew since the previous run).
+    std::size_t keep = 0;
+    while (keep < start.size() && keep < wglob_.size() && wglob_[keep] == start[keep] &&
+           start[keep] != i)
+      ++keep;
+    for (std::size_t k = keep; k < wglob_.size(); ++k) in_w_[std::size_t(wglob_[k])] = 0;
     in_w_[std::size_t(i_)] = 0;
-    wglob_.clear();
+    wglob_.resize(keep);
     i_ = i;
     zi_ = z_.col(i);
     size_ = 0;
     corral_.clear();
     in_w_[std::size_t(i)] = 1;  // never a candidate
-    for (const index_t j : start)
-      if (!in_w_[std::size_t(j)]) enter(j);
+    for (std::size_t k = keep; k < start.size(); ++k)
+      if (!in_w_[std::size_t(start[k])]) enter(start[k]);
     for (const index_t j : warm)
       if (!in_w_[std::size_t(j)]) enter(j);
     if (wglob_.empty())
