@@ -131,10 +131,14 @@ inline std::vector<index_t> merge_copies(const Mat& x, double radius) {
   for (index_t c = 0; c < d; ++c) u(c) = rng.normal();
   const Vec v = x * u;
   const double window = radius * u.norm();
-  std::vector<index_t> sorted(static_cast<std::size_t>(n)), at(sorted.size());
-  std::iota(sorted.begin(), sorted.end(), index_t{0});
-  std::sort(sorted.begin(), sorted.end(), [&](index_t a, index_t b) { return v(a) < v(b); });
-  for (index_t k = 0; k < n; ++k) at[std::size_t(sorted[std::size_t(k)])] = k;
+  std::vector<std::pair<double, index_t>> by_v(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) by_v[std::size_t(i)] = {v(i), i};
+  std::sort(by_v.begin(), by_v.end());
+  std::vector<index_t> sorted(by_v.size()), at(by_v.size());
+  for (index_t k = 0; k < n; ++k) {
+    sorted[std::size_t(k)] = by_v[std::size_t(k)].second;
+    at[std::size_t(by_v[std::size_t(k)].second)] = k;
+  }
   for (index_t i = 0; i < n; ++i) {
     // The earlier representatives whose projections are within the window, on both sides.
     index_t found = -1;
