@@ -197,6 +197,25 @@ TEST_CASE("certified_vertices: badly scaled keys (one axis 1e-7 of the other) ag
   CHECK(c.vertices == hull_2d(p));
 }
 
+TEST_CASE("certified_vertices: Wolfe on the keys' own coordinates (the fallback) agrees") {
+  // The fallback runs only where whitening fails; the option forces it so it stays tested.
+  attn::Rng rng(37);
+  analysis::CertifyOptions own;
+  own.whiten_min_norm = false;
+  for (const index_t d : {3, 8, 24}) {
+    for (int kind = 0; kind < 2; ++kind) {
+      const Tensor<double> k = kind == 0 ? attn::test::gaussian_keys(200, d, rng)
+                                         : attn::test::realistic_keys(200, d, rng);
+      const auto w = analysis::certified_vertices(k);
+      const auto c = analysis::certified_vertices(k, own);
+      INFO("d = ", d, ", kind = ", kind);
+      require_certified(k, c);
+      CHECK(c.vertices == w.vertices);
+      CHECK(c.min_norm_iterations > 0);  // Wolfe ran, on the keys themselves
+    }
+  }
+}
+
 TEST_CASE("certified_vertices: low dimension, most interior keys certified by simplex sweeps") {
   attn::Rng rng(31);
   const Tensor<double> k = attn::test::gaussian_keys(400, 3, rng);

@@ -65,6 +65,9 @@ struct CertifyOptions {
   double tol = 1e-9;               // τ = tol · spread (see the policy above)
   index_t random_directions = 64;  // cheap certificates: each tries the max and min key
   std::uint64_t seed = 0;          // of the random directions; only keys in the band depend on it
+  // Wolfe's algorithm on the whitened keys (robust to badly scaled axes, faster); false runs it
+  // on the keys' own coordinates, the fallback otherwise taken only when whitening fails.
+  bool whiten_min_norm = true;
 };
 
 // The certificate of one key: a separating direction (vertex) or convex weights (interior).
@@ -638,7 +641,7 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
       s_max = std::sqrt(std::max(spectrum(rank - 1), 0.0));
       ell = llt.matrixL();
     }
-    const bool wolfe_whitened = whitened && s_min > 0;
+    const bool wolfe_whitened = options.whiten_min_norm && whitened && s_min > 0;
     detail::MinNormPoint wolfe(z, 0.6 * t, 0.6 * t);
     detail::MinNormPoint wolfe_y(wolfe_whitened ? y : z, 0.6 * t, 0.6 * t,
                                  wolfe_whitened ? &ell : nullptr, s_min, s_max);
