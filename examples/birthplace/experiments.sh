@@ -31,7 +31,8 @@ print(json.loads(f.read(n))["__metadata__"][sys.argv[2]])' "$1" "$2"
 evaluate() {  # evaluate NAME PRE_EPOCHS FT_EPOCHS PRE_CKPT FT_CKPT
   local name=$1 pe=$2 fe=$3 pre=$4 ft=$5 line
   line=$(run "$BIN" evaluate --reading-params "$ft" --eval-corpus data/birth_dev.tsv \
-         --outputs-path "$OUT/$name.dev.predictions" --threads "$THREADS" | grep '^Correct:')
+         --outputs-path "$OUT/$name.dev.predictions" --threads "$THREADS" |
+         tee /dev/stderr | grep '^Correct:')  # the whole output (with its time) stays on stderr
   echo "$line"
   local c t
   c=$(echo "$line" | awk '{print $2}'); t=$(echo "$line" | awk '{print $5}' | tr -d :)
