@@ -78,6 +78,7 @@ struct Options {
   std::string reading_params, writing_params, resume;
   // The run; 0 means the stage's default (the problem set's hyper-parameters).
   double epochs = 0, budget_minutes = 0, lr = 0;
+  std::string schedule = "mingpt";
   index_t batch = 0, micro_batch = 0;
   std::int64_t warmup_tokens = 512 * 20;
   double grad_clip = 1.0, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
@@ -307,6 +308,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
                                           : double(data::SpanCorruption(tok, corpus, block).size());
     run.final_tokens =
         std::llround(200.0 * pretrain_documents * double(block) * run.epochs / default_epochs);
+    // --schedule single: one decay, ending where the run ends (the floor from 80 % of it on).
+    if (o.schedule == "single") run.final_tokens = run.tokens_before(run.total_steps());
     run.final_tokens = std::max(run.final_tokens, run.warmup_tokens);
   }
   const std::int64_t total = run.total_steps(), spe = run.steps_per_epoch();
@@ -487,6 +490,11 @@ void add_run_options(CLI::App* cmd, Options& o) {
       ->check(CLI::Range(0, 65536));
   cmd->add_option("--lr", o.lr, "peak learning rate (default: pretrain 6e-3, finetune 6e-4)")
       ->check(CLI::Range(1e-9, 10.0));
+  cmd->add_option("--schedule", o.schedule,
+                  "mingpt: the problem set's cosine (it ends at 200 epochs of the pretraining "
+                  "corpus, scaled with --epochs, and is not clamped, so a run longer than that "
+                  "cycles back up); single: one cosine decay over exactly this run")
+      ->check(CLI::IsMember({"mingpt", "single"}));
   cmd->add_option("--warmup-tokens", o.warmup_tokens, "linear warmup over this many tokens")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
   cmd->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices)")
