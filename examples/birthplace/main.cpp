@@ -417,9 +417,17 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
 
 // ---- evaluation ------------------------------------------------------------------------------
 
-void report(const data::QAEvaluation& r, const Options& o) {
+// The accuracy line, then how many right answers the same answers would get if they ignored the
+// questions (data::chance_level): a model that guesses frequent places ("Berlin" to most people)
+// can beat zero without knowing a single fact.
+void report(const data::QAEvaluation& r, const data::QADataset& qa, const Options& o) {
   std::printf("Correct: %lld out of %lld: %.2f%%\n", (long long)r.correct, (long long)r.total,
               100.0 * r.accuracy());
+  const data::ChanceLevel c = data::chance_level(qa, r.predictions);
+  std::printf(
+      "By chance (the same answers, shuffled): %.2f right on average; p = %.3g for %lld or "
+      "more (%lld shuffles)\n",
+      c.expected, c.p_at_least, (long long)c.correct, (long long)c.shuffles);
   if (!o.outputs_path.empty()) {
     io::write_file_atomically(o.outputs_path, data::predictions_text(r.predictions));
     std::printf("predictions: %s\n", o.outputs_path.c_str());
@@ -445,7 +453,7 @@ int evaluate(const Options& o, const io::Safetensors& file) {
   progress.finish();
   std::printf("%s on %s (%s attention), %.1f s\n", o.reading_params.c_str(), o.eval_corpus.c_str(),
               io::metadata_string(file, "variant", o.reading_params).c_str(), seconds_since(t0));
-  report(r, o);
+  report(r, qa, o);
   return 0;
 }
 
@@ -584,7 +592,7 @@ int main(int argc, char** argv) {
     const data::CharTokenizer tok = data::masked_vocabulary(read_text(o.pretrain_corpus));
     const data::QADataset qa(tok, read_text(o.eval_corpus), 1 << 20, o.eval_corpus);
     std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
-    report(data::evaluate_constant(qa, "London"), o);
+    report(data::evaluate_constant(qa, "London"), qa, o);
     return 0;
   });
 }

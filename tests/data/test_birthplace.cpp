@@ -333,6 +333,57 @@ TEST_CASE("greedy answers stop at the next ⁇; exact match; predictions file") 
   CHECK(attn::data::predictions_text(preds) == "Paris\nNew\\nYork\na\\\\b\\tc\n\n");
 }
 
+TEST_CASE("chance_level: mean matches over all orders of the answers, permutation p-value") {
+  const CharTokenizer tok = attn::data::masked_vocabulary("Where was born?\tABCDZ");
+  const QADataset data(tok,
+                       "Where was A born?\tA\nWhere was B born?\tA\nWhere was C born?\tB\n"
+                       "Where was D born?\tC\n",
+                       40, "t");
+  // One right answer in this order (the first); "Z" is nobody's answer.
+  const std::vector<std::string> preds{"A", "B", "A", "Z"};
+  const attn::data::ChanceLevel c = attn::data::chance_level(data, preds, 100000, 7);
+  CHECK(c.correct == 1);
+  CHECK(c.expected == doctest::Approx(0.5 + 0.25 + 0.5 + 0.0));
+  CHECK(c.shuffles == 100000);
+
+  // Enumerate all 4! orders: their mean is `expected`, their share with >= 1 match is the exact p.
+  std::vector<std::size_t> order{0, 1, 2, 3};
+  int orders = 0, at_least = 0, total = 0;
+  do {
+    int m = 0;
+    for (std::size_t i = 0; i < 4; ++i) m += preds[order[i]] == data.pair(index_t(i)).answer;
+    ++orders;
+    total += m;
+    at_least += m >= 1;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(orders == 24);
+  CHECK(double(total) / orders == doctest::Approx(c.expected).epsilon(1e-12));
+  CHECK(c.p_at_least == doctest::Approx(double(at_least) / orders).epsilon(0.02));
+  CHECK(at_least < orders);  // so the test above could fail: p is not trivially 1
+
+  // A constant answer scores exactly its expectation, and every order does as well.
+  const attn::data::ChanceLevel a =
+      attn::data::chance_level(data, attn::data::evaluate_constant(data, "A").predictions, 50);
+  CHECK(a.correct == 2);
+  CHECK(a.expected == doctest::Approx(2.0));
+  CHECK(a.p_at_least == 1.0);
+
+  // Bad input: a clear error naming the operation.
+  CHECK_THROWS_AS(attn::data::chance_level(data, std::vector<std::string>{"A"}), attn::shape_error);
+  CHECK(attn::test::message_of<attn::value_error>([&] {
+          attn::data::chance_level(data, preds, 0);
+        }).find("chance_level: shuffles must be >= 1") != std::string::npos);
+
+  // The problem set's baseline: "London" is right 25 times, exactly what chance gives it.
+  const QADataset dev(attn::data::masked_vocabulary(repo_file("wiki.txt")),
+                      repo_file("birth_dev.tsv"), 128, "birth_dev.tsv");
+  const auto london = attn::data::evaluate_constant(dev, "London");
+  const attn::data::ChanceLevel l = attn::data::chance_level(dev, london.predictions, 20);
+  CHECK(l.correct == 25);
+  CHECK(l.expected == doctest::Approx(25.0));
+  CHECK(l.p_at_least == 1.0);
+}
+
 namespace {
 
 using TestAttn =

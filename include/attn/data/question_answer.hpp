@@ -1,7 +1,8 @@
 // attn/data/question_answer.hpp: the finetuning data of the birth-place experiment, "question ⁇
 // answer ⁇" padded with □, from a TSV of question/answer pairs; greedy answering and exact-match
-// accuracy of a language model on them. Does not read or write files (the example does) nor
-// normalise answers: a prediction counts only when it equals the answer character for character.
+// accuracy of a language model on them, and the accuracy the same answers would get by chance. Does
+// not read or write files (the example does) nor normalise answers: a prediction counts only when
+// it equals the answer character for character.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +10,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "../core/rng.hpp"
 #include "../nn/generate.hpp"
 #include "span_corruption.hpp"
 
@@ -189,6 +193,63 @@ inline QAEvaluation evaluate_constant(const QADataset& data, const std::string& 
   for (index_t i = 0; i < data.size(); ++i)
     if (data.pair(i).answer == answer) ++r.correct;
   return r;
+}
+
+// How many right answers the same answers would get if they ignored the questions. Deal the
+// predictions to the questions of `data` in a uniformly random order: a prediction p lands on a
+// question whose answer is p with probability share(p) = #{i : answer_i = p} / n, so
+//   expected = Σ_j share(prediction_j),
+// the mean number of exact matches of such an order. A constant answer ("London") scores exactly
+// its expectation; a model that retrieves facts scores clearly above it. `p_at_least` is the
+// permutation test's p-value for the observed count `correct`: (k + 1) / (shuffles + 1), where k
+// of `shuffles` seeded random orders get at least `correct` right (a Monte Carlo estimate,
+// within about √(p (1 − p) / shuffles) of the exact fraction of all n! orders; never 0).
+struct ChanceLevel {
+  index_t correct = 0;      // exact matches in the given order
+  double expected = 0.0;    // mean exact matches over all orders
+  double p_at_least = 1.0;  // share of random orders with >= correct matches
+  index_t shuffles = 0;
+};
+
+inline ChanceLevel chance_level(const QADataset& data, std::span<const std::string> predictions,
+                                index_t shuffles = 10000, std::uint64_t seed = 1) {
+  const index_t n = data.size();
+  ATTN_CHECK(index_t(predictions.size()) == n, shape_error, "chance_level: ", predictions.size(),
+             " predictions for ", n, " questions");
+  ATTN_CHECK(shuffles >= 1, value_error, "chance_level: shuffles must be >= 1, got ", shuffles);
+  // Answers as small integers; a prediction that is nobody's answer gets -1 and never matches.
+  std::unordered_map<std::string_view, std::int32_t> id;
+  std::vector<std::int32_t> answer(static_cast<std::size_t>(n)), guess(answer.size());
+  std::vector<index_t> count;
+  for (index_t i = 0; i < n; ++i) {
+    const auto [it, added] = id.try_emplace(data.pair(i).answer, std::int32_t(count.size()));
+    if (added) count.push_back(0);
+    answer[std::size_t(i)] = it->second;
+    ++count[std::size_t(it->second)];
+  }
+  ChanceLevel c;
+  c.shuffles = shuffles;
+  for (index_t j = 0; j < n; ++j) {
+    const auto it = id.find(predictions[std::size_t(j)]);
+    guess[std::size_t(j)] = it == id.end() ? -1 : it->second;
+    if (guess[std::size_t(j)] >= 0)
+      c.expected += double(count[std::size_t(guess[std::size_t(j)])]) / double(n);
+  }
+  const auto matches = [&] {
+    index_t m = 0;
+    for (std::size_t i = 0; i < answer.size(); ++i) m += answer[i] == guess[i];
+    return m;
+  };
+  c.correct = matches();
+  Rng rng(seed);
+  index_t at_least = 0;
+  for (index_t s = 0; s < shuffles; ++s) {
+    for (std::size_t i = guess.size(); i > 1; --i)  // Fisher–Yates
+      std::swap(guess[i - 1], guess[std::size_t(rng.uniform_int(i))]);
+    at_least += matches() >= c.correct;
+  }
+  c.p_at_least = double(at_least + 1) / double(shuffles + 1);
+  return c;
 }
 
 // A predictions file: one line per question, the prediction with '\\', '\n', '\r' and '\t'
