@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -134,8 +135,7 @@ double equivariance_gap(Model& m, const Data& d, attn::Rng& rng) {
   const index_t B = d.x.shape()[0], T = d.x.shape()[1];
   std::vector<index_t> perm(static_cast<std::size_t>(T));
   for (index_t i = 0; i < T; ++i) perm[std::size_t(i)] = i;
-  for (index_t i = T - 1; i > 0; --i)
-    std::swap(perm[std::size_t(i)], perm[std::size_t(rng.uniform_int(std::uint64_t(i + 1)))]);
+  attn::shuffle(std::span<index_t>(perm), rng);
   Tensor<std::int32_t> px({B, T});
   for (index_t b = 0; b < B; ++b)
     for (index_t i = 0; i < T; ++i) px(b, i) = d.x(b, perm[std::size_t(i)]);

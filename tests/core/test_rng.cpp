@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 
 namespace {
@@ -165,6 +166,34 @@ TEST_CASE("Rng: uniform_int edge cases") {
   } catch (const attn::value_error& e) {
     CHECK(std::string(e.what()).find("uniform_int") != std::string::npos);
   }
+}
+
+TEST_CASE("shuffle: a pinned order per seed, all 3! orders equally often, short spans") {
+  // The order shuffled_indices gave for seed 0 before it called shuffle: the draws are pinned.
+  std::array<int, 10> x{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  attn::Rng r(0);
+  attn::shuffle(std::span<int>(x), r);
+  CHECK(x == std::array<int, 10>{7, 8, 3, 1, 5, 4, 2, 0, 9, 6});
+
+  // Each of the 6 orders of {0, 1, 2}, numbered 3·x[0] + x[1] (unique for a permutation).
+  std::array<int, 6> counts{};
+  const std::array<int, 9> slot{-1, 0, 1, 2, -1, 3, 4, 5, -1};  // 3·a + b → order number
+  attn::Rng s(11);
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) {
+    std::array<int, 3> p{0, 1, 2};
+    attn::shuffle(std::span<int>(p), s);
+    const int k = slot[std::size_t(3 * p[0] + p[1])];
+    REQUIRE(k >= 0);
+    ++counts[std::size_t(k)];
+  }
+  // 5 degrees of freedom: P(chi2 > 20.52) = 0.001.
+  CHECK(chi_square(counts, n) < 20.52);
+
+  std::array<int, 1> one{5};
+  attn::shuffle(std::span<int>(one), s);
+  CHECK(one[0] == 5);
+  attn::shuffle(std::span<int>(), s);  // empty: nothing to do
 }
 
 TEST_CASE("Rng: normal() has mean 0 and variance 1, and normal(mean, stddev) scales it") {

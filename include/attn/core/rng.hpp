@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <span>
+#include <utility>
 
 #include "error.hpp"
 
@@ -121,5 +123,12 @@ class Rng {
   double spare_ = 0.0;
   bool has_spare_ = false;
 };
+
+// Puts x in a uniformly random order drawn from `rng` (Fisher–Yates, from the last element down:
+// element i swaps with one of 0 .. i), so a seed gives the same order everywhere.
+template <class T>
+void shuffle(std::span<T> x, Rng& rng) {
+  for (std::size_t i = x.size(); i > 1; --i) std::swap(x[i - 1], x[rng.uniform_int(i)]);
+}
 
 }  // namespace attn

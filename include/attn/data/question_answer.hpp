@@ -244,8 +244,7 @@ inline ChanceLevel chance_level(const QADataset& data, std::span<const std::stri
   Rng rng(seed);
   index_t at_least = 0;
   for (index_t s = 0; s < shuffles; ++s) {
-    for (std::size_t i = guess.size(); i > 1; --i)  // Fisher–Yates
-      std::swap(guess[i - 1], guess[std::size_t(rng.uniform_int(i))]);
+    shuffle(std::span<std::int32_t>(guess), rng);
     at_least += matches() >= c.correct;
   }
   c.p_at_least = double(at_least + 1) / double(shuffles + 1);

@@ -42,8 +42,7 @@ inline std::vector<index_t> shuffled_indices(index_t n, Rng& rng) {
   ATTN_CHECK(n >= 0, value_error, "shuffled_indices: n must be >= 0, got ", n);
   std::vector<index_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), index_t{0});
-  for (index_t i = n - 1; i > 0; --i)
-    std::swap(order[std::size_t(i)], order[rng.uniform_int(std::uint64_t(i + 1))]);
+  shuffle(std::span<index_t>(order), rng);
   return order;
 }
 
