@@ -1,13 +1,13 @@
 # The unit tests: one executable per line (see attn_add_test in tests/CMakeLists.txt).
 attn_add_test(core core/test_shape.cpp core/test_tensor.cpp core/test_rng.cpp core/test_gemm.cpp core/test_fast_math.cpp)
-attn_add_test(autodiff_ops autodiff/test_expression.cpp autodiff/test_ops.cpp autodiff/test_tape.cpp)
+attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodiff/test_tape.cpp
+              autodiff/test_gradients.cpp autodiff/test_training.cpp)
+# Alone: it replaces the global operator new to count allocations.
 attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
-attn_add_test(autodiff_gradients autodiff/test_gradients.cpp)
-attn_add_test(autodiff_training autodiff/test_training.cpp)
 attn_add_test(attention attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp attention/test_paths_feature_map.cpp
               attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp)
-attn_add_test(attention_torch_parity attention/test_torch_parity.cpp)
-attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp)
+attn_add_test(attention_torch_parity attention/test_torch_parity.cpp DATA)
+attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp DATA)
 # Programs that must not compile, each with the concept or static_assert it must trip.
 attn_add_compile_fail_test(compile_fail_score_missing_alpha compile_fail/score_missing_alpha.cpp REGEX "ScorePolicy")
 attn_add_compile_fail_test(compile_fail_mask_missing_tile compile_fail/mask_missing_tile.cpp REGEX "MaskPolicy")
@@ -21,13 +21,11 @@ foreach(_cf score_missing_alpha mask_missing_tile kernel_not_a_policy heads_zero
     ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/${_cf}.cpp COMMAND_EXPAND_LISTS)
   set_tests_properties(compile_fail_control_${_cf} PROPERTIES TIMEOUT 300 LABELS compile_fail)
 endforeach()
-attn_add_test(nn nn/test_modules.cpp)
-attn_add_test(data data/test_data.cpp)
-attn_add_test(gpt_training nn/test_gpt_training.cpp)
-attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log.cpp)
+attn_add_test(nn nn/test_modules.cpp nn/test_gpt_training.cpp)
+attn_add_test(data data/test_data.cpp data/test_birthplace.cpp DATA)
+attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log.cpp DATA)
 attn_add_test(learned_scores attention/test_learned_scores.cpp)
 attn_add_test(teaching teaching/test_exercises.cpp teaching/test_models.cpp)
-attn_add_test(birthplace data/test_birthplace.cpp)
 attn_add_test(approx approx/test_oracles.cpp approx/test_schemes.cpp)
 attn_add_test(flash_block attention/test_flash_block.cpp)
 if(ATTN_CUDA)  # nvcc: tests/cuda/, suites cuda_host (runs anywhere) and cuda_device (needs a GPU)

@@ -4,6 +4,8 @@
 // negative-squared-Euclidean attention. Does not use a GPU nor tune anything by itself.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
+#include <attn/data/data.hpp>
+#include <attn/data/question_answer.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>

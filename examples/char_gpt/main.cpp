@@ -4,6 +4,7 @@
 // Does not tokenize beyond characters nor train on more than one machine.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
+#include <attn/data/data.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <attn/analysis/analysis.hpp>
 #include <attn/attn.hpp>
+#include <attn/data/data.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 

@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <attn/approx/approx.hpp>
 #include <attn/attn.hpp>
+#include <attn/data/data.hpp>
+#include <attn/io/io.hpp>
 
 #include <chrono>
 #include <cmath>

@@ -1,5 +1,8 @@
-// attn/attn.hpp: everything in attn that runs on the CPU (Eigen, nlohmann_json, OpenMP).
-// Does not include analysis/hull.hpp (needs Qhull, target attn::hull) nor cuda/ (nvcc only).
+// attn/attn.hpp: what a model needs: core, autodiff, attention, nn and optim (Eigen, OpenMP).
+// Does not include the opt-in layers, each one include away: io/io.hpp (checkpoints, logs;
+// brings in nlohmann_json), data/data.hpp and data/question_answer.hpp (tokenizers, batches,
+// span corruption, QA sets), approx/approx.hpp, analysis/ (hull.hpp needs Qhull, target
+// attn::hull), cuda/ (nvcc only).
 #pragma once
 
 #include "attention/learned_scores.hpp"
@@ -12,9 +15,5 @@
 #include "core/rng.hpp"
 #include "core/shape.hpp"
 #include "core/tensor.hpp"
-#include "data/data.hpp"
-#include "data/question_answer.hpp"
-#include "io/checkpoint.hpp"
-#include "io/io.hpp"
 #include "nn/nn.hpp"
 #include "optim/optim.hpp"

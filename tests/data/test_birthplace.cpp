@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <attn/attn.hpp>
+#include <attn/data/data.hpp>
+#include <attn/data/question_answer.hpp>
 #include <attn/io/atomic_file.hpp>
 
 #include <algorithm>

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 #include <attn/attn.hpp>
+#include <attn/data/data.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
