@@ -66,9 +66,16 @@ endif()
 
 run("build" "${CMAKE_COMMAND}" --build "${build_dir}" ${config_args})
 
-# Single-config generators put the binary in the build dir, multi-config in <config>/.
-set(exe "${build_dir}/consumer${CMAKE_EXECUTABLE_SUFFIX}")
-if(NOT EXISTS "${exe}" AND BUILD_TYPE)
-  set(exe "${build_dir}/${BUILD_TYPE}/consumer${CMAKE_EXECUTABLE_SUFFIX}")
-endif()
-run("run" "${exe}")
+# Single-config generators put the binary in the build dir, multi-config in <config>/. The
+# header-only program always; the one linking attn::compiled whenever attn was built with it.
+foreach(program consumer consumer_compiled)
+  set(exe "${build_dir}/${program}${CMAKE_EXECUTABLE_SUFFIX}")
+  if(NOT EXISTS "${exe}" AND BUILD_TYPE)
+    set(exe "${build_dir}/${BUILD_TYPE}/${program}${CMAKE_EXECUTABLE_SUFFIX}")
+  endif()
+  if(program STREQUAL "consumer" OR EXISTS "${exe}")
+    run("run ${program}" "${exe}")
+  elseif(EXPECT_COMPILED)
+    message(FATAL_ERROR "[consumer ${MODE}] attn was built with attn::compiled, but ${program} was not built")
+  endif()
+endforeach()
