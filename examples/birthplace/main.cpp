@@ -278,7 +278,6 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     examples::refuse_to_replace({out, log_path}, o.overwrite, "birthplace", "--writing-params",
                                 std::string("continue that run with `birthplace ") +
                                     stage_name(stage) + " --resume " + out.string() + "`");
-    for (const fs::path& p : {out, log_path, svg}) fs::remove(p);
   }
   examples::remove_stale_saves(out);
 
@@ -326,9 +325,11 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   auto params = optim::parameters_of<float>(model);
 
   // What one step keeps in memory, measured on this model, for `r`'s sequences per pass.
+  std::string memory;
   const auto check_run_memory = [&](const Run& r) {
     const index_t rows = r.micro_batch > 0 ? std::min(r.micro_batch, r.batch) : r.batch;
-    examples::check_memory(examples::training_memory(model, block, rows), "birthplace", smaller);
+    memory = examples::check_memory(examples::training_memory(model, block, rows), "birthplace",
+                                    smaller);
   };
 
   // The run's settings: saved ones when resuming; otherwise the options over the stage defaults.
@@ -442,18 +443,22 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
       curve_step.push_back(row[1]);
       curve_loss.push_back(row[2]);
     }
+  // Everything is checked: only now does an --overwrite replace the earlier run's files.
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  if (!resuming)
+    for (const fs::path& p : {out, log_path, svg}) fs::remove(p);
   io::CsvLog log(log_path, columns, resuming);
 
   std::printf(
       "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
       "vocab %d, %lld parameters\n"
       "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
-      "minGPT cosine over %lld tokens (warmup %lld); %d threads\n",
+      "minGPT cosine over %lld tokens (warmup %lld); %d threads; memory %s\n",
       stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
       (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
       tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
       (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
-      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads);
+      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads, memory.c_str());
   if (!o.reading_params.empty()) std::printf("  weights from %s\n", o.reading_params.c_str());
   if (start > 0)
     std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);

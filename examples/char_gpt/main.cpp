@@ -262,7 +262,6 @@ int train(const TrainOptions& options, const CLI::App& cli) {
   if (!resuming) {
     examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
                                 "continue that run with --resume " + checkpoint.string());
-    for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
   }
   examples::remove_stale_saves(checkpoint);
 
@@ -324,7 +323,8 @@ int train(const TrainOptions& options, const CLI::App& cli) {
   const std::string smaller = "use a smaller --batch, --block or model";
   examples::check_memory(examples::parameters_estimate(config), "char_gpt", smaller);
   Model model(config);
-  examples::check_memory(examples::training_memory(model, block, o.batch), "char_gpt", smaller);
+  const std::string memory =
+      examples::check_memory(examples::training_memory(model, block, o.batch), "char_gpt", smaller);
   auto params = optim::parameters_of<float>(model);
   optim::AdamConfig ac;
   ac.lr = o.lr;
@@ -344,6 +344,10 @@ int train(const TrainOptions& options, const CLI::App& cli) {
       curve_train.push_back(row[1]);
       curve_val.push_back(row[2]);
     }
+  // Everything is checked: only now does an --overwrite replace the earlier run's files.
+  fs::create_directories(out);
+  if (!resuming)
+    for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
   io::CsvLog log(log_path, log_columns, resuming);
 
   const index_t n_params = nn::parameter_count(model);
@@ -353,10 +357,12 @@ int train(const TrainOptions& options, const CLI::App& cli) {
   });
   std::printf(
       "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
-      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n",
+      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
+      "          memory: %s\n",
       o.attention.c_str(), (long long)config.layers, (long long)config.heads,
       (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
-      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads);
+      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
+      memory.c_str());
   if (start > 0)
     std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
   std::fflush(stdout);

@@ -27,11 +27,11 @@ namespace examples {
 inline constexpr int exit_error = 1;  // the program ran into a problem (a file, the data, memory)
 inline constexpr int exit_usage = 2;  // a bad option: nothing was read or written
 
-// The shortest text that reads back as the same double ("0.1", "2e-05"): how options and saved
-// settings are shown and compared.
+// The shortest text that reads back as the same double, in %g's style ("0.1", "0.0006",
+// "2e-05"): how options and saved settings are shown and compared.
 inline std::string shortest(double v) {
   char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
   return std::string(buf, r.ptr);
 }
 
@@ -83,20 +83,12 @@ inline std::string type_name(const std::type_info& t) {
   return out;
 }
 
-// Parses the command line into `app`'s options, then returns body()'s exit status. A bad option
-// prints one line and returns exit_usage (--help prints the help and returns 0); an exception
-// from body() prints one line and returns exit_error, whatever its type: attn's errors,
-// std::bad_alloc (out of memory), std::invalid_argument, anything. No example program ends with
-// an uncaught exception (abort, core dump, exit status 134).
+// Returns body()'s exit status; an exception from it prints one line and returns exit_error,
+// whatever its type: attn's errors, std::bad_alloc (out of memory), std::invalid_argument,
+// anything (a CLI::ParseError, an option combination checked after parsing: exit_usage). No
+// example program ends with an uncaught exception (abort, core dump, exit status 134).
 template <class Body>
-int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    print_error(std::string(e.what()) + " (see --help)");
-    return exit_usage;
-  }
+int guarded(Body&& body) {
   try {
     return body();
   } catch (const CLI::ParseError& e) {  // an option combination checked after parsing
@@ -114,6 +106,20 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
     print_error("an exception of unknown type");
   }
   return exit_error;
+}
+
+// Parses the command line into `app`'s options, then returns guarded(body). A bad option prints
+// one line and returns exit_usage (--help prints the help and returns 0).
+template <class Body>
+int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    print_error(std::string(e.what()) + " (see --help)");
+    return exit_usage;
+  }
+  return guarded(body);
 }
 
 }  // namespace examples

@@ -121,18 +121,24 @@ struct MemoryEstimate {
 };
 
 // Throws value_error when `need` is more than the memory available, with both numbers and what
-// to change; says nothing where the available memory cannot be read.
-inline void check_memory(const MemoryEstimate& need, std::string_view program,
-                         std::string_view what_to_change) {
+// to change. Returns "about 1.2 GB of the 20.6 GB available" for the run's header ("about 1.2 GB"
+// where the available memory cannot be read: then nothing is refused).
+inline std::string check_memory(const MemoryEstimate& need, std::string_view program,
+                                std::string_view what_to_change) {
   const std::optional<AvailableMemory> have = available_memory();
-  if (!have || need.total() <= have->bytes) return;
+  if (!have) return "about " + bytes_text(need.total());
+  if (need.total() <= have->bytes)
+    return "about " + bytes_text(need.total()) + " of the " + bytes_text(have->bytes) +
+           " available";
+  const std::string activations =
+      need.activations_how.empty() ? std::string("; activations not counted")
+                                   : ", activations of one step " + bytes_text(need.activations) +
+                                         ": " + need.activations_how;
   throw attn::value_error(
       std::string(program) + ": this run needs about " + bytes_text(need.total()) +
       " of memory (parameters and gradients " + bytes_text(need.parameters) + ", optimizer state " +
-      bytes_text(need.optimizer) + ", activations of one step " + bytes_text(need.activations) +
-      (need.activations_how.empty() ? "" : ": ") + need.activations_how + "), more than the " +
-      bytes_text(have->bytes) + " available (" + have->source + "); " +
-      std::string(what_to_change));
+      bytes_text(need.optimizer) + activations + "), more than the " + bytes_text(have->bytes) +
+      " available (" + have->source + "); " + std::string(what_to_change));
 }
 
 // A first look before a model is built, from its shape alone: a GPT's parameter count is about

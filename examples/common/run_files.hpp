@@ -25,36 +25,40 @@ namespace fs = std::filesystem;
 
 // ---- output paths ----------------------------------------------------------------------------
 
-// Checks that files can be created in directory `dir` (creating it when missing) by creating and
-// removing one: a read-only or full place fails now, not at the first save an hour later.
+// Checks that files can be created in directory `dir`, or, where it does not exist yet, that it
+// can be made in its nearest existing ancestor: by creating and removing a file there. A
+// read-only or missing place fails now, not at the first save an hour later; nothing is left
+// behind (the trainer makes the directory when it starts writing).
 inline void check_writable_directory(const fs::path& dir, std::string_view option) {
   std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw attn::value_error(std::string(option) + " " + dir.string() +
+  fs::path place = dir.empty() ? fs::path(".") : dir;
+  while (!fs::exists(place, ec)) {
+    const fs::path up = place.parent_path();
+    place = up.empty() || up == place ? fs::path(".") : up;
+  }
+  if (!fs::is_directory(place, ec))
+    throw attn::value_error(std::string(option) + " " + dir.string() + ": " + place.string() +
                             " is a file, not a directory");
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw attn::io_error(std::string(option) + ": cannot create the directory " + dir.string() +
-                         ": " + ec.message());
-  const fs::path probe = dir / (".write_test." + std::to_string(getpid()));
+  const fs::path probe = place / (".write_test." + std::to_string(getpid()));
   std::FILE* f = std::fopen(probe.c_str(), "wb");
   if (f == nullptr)
-    throw attn::io_error(std::string(option) + ": cannot create files in " + dir.string() + ": " +
+    throw attn::io_error(std::string(option) + " " + dir.string() + ": cannot create files in " +
+                         place.string() + ": " +
                          std::error_code(errno, std::generic_category()).message());
   std::fclose(f);
   fs::remove(probe, ec);
 }
 
-// Checks that `file` can be written later: it is not a directory, and its directory exists and
-// takes new files (created when `create_directory`). Throws naming the option.
+// Checks that `file` can be written later: it is not a directory, and its directory takes new
+// files (or, when `may_create_directory`, can be made). Throws naming the option.
 inline void check_output_file(const fs::path& file, std::string_view option,
-                              bool create_directory) {
+                              bool may_create_directory) {
   std::error_code ec;
   if (!file.has_filename() || fs::is_directory(file, ec))
     throw attn::value_error(std::string(option) + " " + file.string() +
                             " is a directory; give a file name");
   const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
-  if (!create_directory && !fs::is_directory(dir, ec))
+  if (!may_create_directory && !fs::is_directory(dir, ec))
     throw attn::value_error(std::string(option) + " " + file.string() + ": the directory " +
                             dir.string() + " does not exist");
   check_writable_directory(dir, option);
