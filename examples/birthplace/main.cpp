@@ -205,11 +205,9 @@ std::vector<examples::Setting> run_settings(const Run& r, const std::string& sch
 
 std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
                                               index_t block, double dropout) {
-  return {{"--layers", std::to_string(layers)},
-          {"--heads", std::to_string(heads)},
-          {"--embd", std::to_string(embd)},
-          {"--block", std::to_string(block)},
-          {"--dropout", examples::shortest(dropout)}};
+  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
+  s.push_back({"--dropout", examples::shortest(dropout)});
+  return s;
 }
 
 io::Safetensors open_checkpoint(const std::string& path) {

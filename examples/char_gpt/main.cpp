@@ -160,11 +160,9 @@ std::vector<examples::Setting> run_settings(const TrainOptions& o) {
 
 std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
                                               index_t block, const std::string& positions) {
-  return {{"--layers", std::to_string(layers)},
-          {"--heads", std::to_string(heads)},
-          {"--embd", std::to_string(embd)},
-          {"--block", std::to_string(block)},
-          {"--positions", positions}};
+  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
+  s.push_back({"--positions", positions});
+  return s;
 }
 
 template <class Model, class Optimizer>

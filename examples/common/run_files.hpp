@@ -10,6 +10,7 @@
 #include <attn/io/atomic_file.hpp>
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -104,6 +105,16 @@ struct Setting {
   std::string option;
   std::string value;
 };
+
+// The shape of a model as the options that set it, for the checks below (a trainer appends the
+// other model options it has).
+inline std::vector<Setting> model_settings(std::int64_t layers, std::int64_t heads,
+                                           std::int64_t embd, std::int64_t block) {
+  return {{"--layers", std::to_string(layers)},
+          {"--heads", std::to_string(heads)},
+          {"--embd", std::to_string(embd)},
+          {"--block", std::to_string(block)}};
+}
 
 // The settings of a resumed run come from its checkpoint (`saved`); an option given on the
 // command line (`cmd`) with another value than the saved one is an error naming both, instead of

@@ -214,16 +214,28 @@ steps_unique() { awk -F, 'NR > 1 { if ($1 <= last) exit 1; last = $1 }' "$1"; }
 
 long_gpt=("${tiny_gpt[@]}" --steps 100000000 --eval-every 100000000)
 
+# interrupt TIMES OUT ERR COMMAND...: runs COMMAND in the background (stdout to OUT, stderr to
+# ERR), and once it is about to train sends it Ctrl-C (SIGINT) TIMES times, 0.05 s apart, after
+# 0.3 s; sets rc to its exit status.
+interrupt() {
+  local times=$1 out=$2 err=$3
+  shift 3
+  "$@" > "$out" 2> "$err" &
+  local pid=$!
+  if started $pid "$out"; then
+    sleep 0.3
+    for _ in $(seq "$times"); do
+      kill -INT $pid
+      sleep 0.05
+    done
+  fi
+  wait $pid
+  rc=$?
+}
+
 # Ctrl-C: the step finishes, the run is saved and plotted, exit 130; it then resumes.
 cases=$((cases + 1))
-"$G" "${long_gpt[@]}" --out s/int > int.out 2> int.err &
-pid=$!
-if started $pid int.out; then
-  sleep 0.5
-  kill -INT $pid
-fi
-wait $pid
-rc=$?
+interrupt 1 int.out int.err "$G" "${long_gpt[@]}" --out s/int
 [ $rc = 130 ] || fail "Ctrl-C: exit status $rc, expected 130: $(cat int.err)"
 grep -q "interrupted: finishing this step, then saving" int.err || fail "Ctrl-C: no message"
 grep -q "stopped at step .*; continue with .char_gpt --resume s/int/checkpoint.safetensors" int.out ||
@@ -237,32 +249,17 @@ cases=$((cases + 1))
 grep -q "resuming at step $step of" res.out || fail "resume after Ctrl-C: not at step $step"
 steps_unique s/int/log.csv || fail "resume after Ctrl-C: repeated steps in the log"
 
-# A second Ctrl-C quits at once (the first asked for the step to finish).
+# A second Ctrl-C quits at once (the first asked for the step to finish; a step here is long).
 cases=$((cases + 1))
-"$G" --data small.txt --layers 2 --heads 4 --embd 256 --block 256 --batch 64 --threads 1 \
-  --steps 1000 --eval-every 1000 --out s/int2 > int2.out 2> int2.err &
-pid=$!
-if started $pid int2.out; then
-  sleep 0.3
-  kill -INT $pid
-  sleep 0.05
-  kill -INT $pid
-fi
-wait $pid
-rc=$?
+interrupt 2 int2.out int2.err "$G" --data small.txt --layers 2 --heads 4 --embd 256 --block 256 \
+  --batch 64 --threads 1 --steps 1000 --eval-every 1000 --out s/int2
 [ $rc = 130 ] || fail "second Ctrl-C: exit status $rc, expected 130"
 grep -q "interrupted again: quitting without saving" int2.err || fail "second Ctrl-C: no message"
 
 # birthplace: Ctrl-C saves the step it finishes; the run resumes from it.
 cases=$((cases + 1))
-"$B" pretrain "${tiny_bp[@]}" --epochs 100000 --writing-params s/bint/p.params > bint.out 2> bint.err &
-pid=$!
-if started $pid bint.out; then
-  sleep 0.5
-  kill -INT $pid
-fi
-wait $pid
-rc=$?
+interrupt 1 bint.out bint.err "$B" pretrain "${tiny_bp[@]}" --epochs 100000 \
+  --writing-params s/bint/p.params
 [ $rc = 130 ] || fail "birthplace Ctrl-C: exit status $rc, expected 130: $(cat bint.err)"
 [ -f s/bint/p.params ] && [ -f s/bint/p.params.loss.svg ] || fail "birthplace Ctrl-C: not saved"
 step=$(tail -1 s/bint/p.params.log.csv | cut -d, -f1)
@@ -279,13 +276,8 @@ pid=$!
 started $pid k9.out && sleep 1
 kill -9 $pid
 wait $pid 2> /dev/null
-"$G" --resume s/k9/checkpoint.safetensors --data small.txt --threads 1 --stop-at 100000000 \
-  --sample-tokens 0 > /dev/null 2>&1 &
-pid=$!
-sleep 1
-kill -INT $pid
-wait $pid
-rc=$?
+interrupt 1 k9r.out k9r.err "$G" --resume s/k9/checkpoint.safetensors --data small.txt --threads 1 \
+  --sample-tokens 0
 [ $rc = 130 ] || fail "resume after kill -9: exit status $rc, expected 130"
 steps_unique s/k9/log.csv || fail "resume after kill -9: repeated steps in the log"
 
