@@ -98,6 +98,7 @@ void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_do
   auto& m = file.metadata;
   m["train.step"] = std::to_string(steps_done);
   m["train.elapsed_s"] = exact(elapsed);
+  m["train.data"] = o.data;
   m["train.data_crc32"] = std::to_string(data_crc);
   m["train.steps"] = std::to_string(o.steps);
   m["train.warmup"] = std::to_string(o.warmup);
@@ -211,6 +212,9 @@ int train(const TrainOptions& options, const CLI::App& cli) {
                ": a resumed run continues in the directory of its checkpoint, ", dir.string());
     out = dir;
     resumed = open_checkpoint(o.resume);
+    // The text defaults to the run's own (its content is checked below).
+    if (cli.count("--data") == 0 && resumed.metadata.count("train.data"))
+      o.data = resumed.metadata.at("train.data");
     restore_run(resumed, o, o.resume);
     examples::check_resume_conflicts(cli, run_settings(options), run_settings(o), o.resume,
                                      "--stop-at, --threads and the sampling options may change");
@@ -576,6 +580,11 @@ int main(int argc, char** argv) {
                             [&]<class Attn>() { return sample<Attn>(s, file); });
     }
     if (t.eval_every > t.steps) t.eval_every = t.steps;
+    // Continuing a checkpoint: its attention variant unless --attention says otherwise (then
+    // train() refuses the mismatch).
+    const std::string& from = !t.resume.empty() ? t.resume : t.init_from;
+    if (!from.empty() && app.count("--attention") == 0)
+      t.attention = io::metadata_string(open_checkpoint(from), "attention", from);
     return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t, app); });
   });
 }

@@ -31,12 +31,13 @@ auto about(const std::string& where, F&& f) -> decltype(f()) {
   }
 }
 
-// A training text: read_text, refused when it is empty or not UTF-8 (the message names the file).
+// A text to train or evaluate on: read_text, refused when it is empty or not UTF-8 (the message
+// names the file).
 // At most 1 GiB, so a device such as /dev/zero fails with a message, not by exhausting memory.
 inline std::string read_corpus(const std::string& path) {
   const std::vector<std::byte> bytes = attn::io::read_file(path, std::size_t{1} << 30);
   std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  ATTN_CHECK(!text.empty(), attn::value_error, path, " is empty: there is nothing to train on");
+  ATTN_CHECK(!text.empty(), attn::value_error, path, " is empty");
   about(path, [&] { return attn::data::CharTokenizer::from_corpus(text); });  // UTF-8 check
   return text;
 }

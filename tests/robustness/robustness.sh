@@ -120,6 +120,7 @@ expect 1 "--vocab-from conflicts with --resume" -- "$G" "${r[@]}" --vocab-from s
 expect 1 "--out s/x conflicts with --resume .*: a resumed run continues in .*guard/c" -- "$G" "${r[@]}" --out s/x
 expect 1 "--data other.txt is not the text the run in .* was trained on" -- "$G" --resume guard/c/checkpoint.safetensors --data other.txt
 expect 1 "--stop-at 2 is not after step 4" -- "$G" "${r[@]}" --stop-at 2
+expect 1 "guard/c/checkpoint.safetensors was trained with --attention standard, not euclidean" -- "$G" "${r[@]}" --attention euclidean
 expect 0 "is a finished run \(step 4 of 4\): nothing to do, nothing changed" -- "$G" --resume guard/done/checkpoint.safetensors --data small.txt
 expect 1 "corrupt.safetensors: tensor \".*\" is corrupt: its data has CRC-32" -- "$G" --resume corrupt.safetensors --data small.txt
 expect 1 "seed_a.safetensors: metadata 'train.seed' = 'a' is not an unsigned integer" -- "$G" --resume seed_a.safetensors --data small.txt
@@ -300,7 +301,7 @@ grep -q "removed s/stale/checkpoint.safetensors.tmp.$dead.0" stale.out || fail "
 cases=$((cases + 1))
 mkdir -p s/long && cp guard/c/* s/long/
 printf '6,9,9,9,9,9,9\n7,9' >> s/long/log.csv
-"$G" --resume s/long/checkpoint.safetensors --data small.txt --threads 1 > long.out 2>&1 ||
+"$G" --resume s/long/checkpoint.safetensors --threads 1 > long.out 2>&1 ||  # its own --data
   fail "long log: resume failed: $(cat long.out)"
 steps_unique s/long/log.csv || fail "long log: repeated steps after resume"
 [ "$(cut -d, -f1 s/long/log.csv | tr '\n' ' ')" = "step 2 4 6 8 " ] ||
