@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "../common/cli.hpp"
+
 namespace {
 
 using attn::index_t;
@@ -62,18 +64,19 @@ std::optional<Options> parse_args(int argc, char** argv, bool& help) {
       return opt;
     }
     if (arg != "--steps" && arg != "--seed") {
-      std::fprintf(stderr, "error: unknown argument '%s'\n", argv[i]);
+      std::fprintf(stderr, "error: unknown argument '%s' (see --help)\n", argv[i]);
       return std::nullopt;
     }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "error: %s needs a value\n", argv[i]);
+      std::fprintf(stderr, "error: %s needs a value (see --help)\n", argv[i]);
       return std::nullopt;
     }
     const std::string_view value = argv[++i];
     if (arg == "--steps") {
       const auto n = parse_number<long>(value, 1, 1000000);
       if (!n) {
-        std::fprintf(stderr, "error: --steps wants an integer in [1, 1000000], got '%s'\n",
+        std::fprintf(stderr,
+                     "error: --steps wants an integer in [1, 1000000], got '%s' (see --help)\n",
                      argv[i]);
         return std::nullopt;
       }
@@ -81,7 +84,8 @@ std::optional<Options> parse_args(int argc, char** argv, bool& help) {
     } else {
       const auto s = parse_number<std::uint64_t>(value, 0, UINT64_MAX);
       if (!s) {
-        std::fprintf(stderr, "error: --seed wants a non-negative 64-bit integer, got '%s'\n",
+        std::fprintf(stderr,
+                     "error: --seed wants a non-negative 64-bit integer, got '%s' (see --help)\n",
                      argv[i]);
         return std::nullopt;
       }
@@ -231,21 +235,7 @@ void plot(Mlp& model, Tape<float>& tape, const Dataset& data, int width, int hei
   std::printf("  +%s+\n", std::string(static_cast<std::size_t>(width), '-').c_str());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool help = false;
-  const std::optional<Options> parsed = parse_args(argc, argv, help);
-  if (!parsed) {
-    print_usage(stderr, argv[0]);
-    return 2;
-  }
-  if (help) {
-    print_usage(stdout, argv[0]);
-    return 0;
-  }
-  const Options opt = *parsed;
-
+int run(const Options& opt) {
   constexpr index_t kPerClass = 200, kHidden = 64;
   attn::Rng rng(opt.seed);
   const Dataset data = make_spirals(kPerClass, rng);
@@ -290,4 +280,17 @@ int main(int argc, char** argv) {
       "decision regions ('.' = class 0, ' ' = class 1; points: 'o' class 0, 'x' class 1):\n");
   plot(model, tape, data, 40, 20);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool help = false;
+  const std::optional<Options> parsed = parse_args(argc, argv, help);
+  if (!parsed) return 2;  // parse_args said what was wrong, in one line
+  if (help) {
+    print_usage(stdout, argv[0]);
+    return 0;
+  }
+  return examples::guarded([&] { return run(*parsed); });
 }

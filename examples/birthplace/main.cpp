@@ -36,7 +36,6 @@ namespace optim = attn::optim;
 namespace data = attn::data;
 using examples::exact;
 using examples::format_duration;
-using examples::read_text;
 using examples::seconds_since;
 using examples::step_seed;
 
@@ -87,6 +86,7 @@ struct Options {
   std::uint64_t seed = 1;
   int threads = 2;
   std::int64_t stop_at = 0, save_every = 0;
+  bool overwrite = false;
 };
 
 // The settings that fix a run's trajectory, saved in every checkpoint so that --resume continues
@@ -119,9 +119,11 @@ struct Spent {
   double wall = 0, cpu = 0;
 };
 
-void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent) {
+void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent,
+             const std::string& schedule) {
   auto& m = file.metadata;
   m["train.stage"] = stage_name(r.stage);
+  m["train.schedule"] = schedule;
   m["train.step"] = std::to_string(step);
   m["train.elapsed_s"] = exact(spent.wall);
   m["train.cpu_s"] = exact(spent.cpu);
@@ -160,13 +162,54 @@ Run get_run(const io::Safetensors& file, const std::string& source, index_t bloc
   r.warmup_tokens = integer("train.warmup_tokens");
   r.final_tokens = integer("train.final_tokens");
   r.save_every = integer("train.save_every");
-  r.seed = std::stoull(io::metadata_string(file, "train.seed", source));
+  r.seed = io::metadata_uint(file, "train.seed", source);
   r.block = block;
-  ATTN_CHECK(r.epochs > 0 && r.lr >= 0 && r.batch > 0 && r.micro_batch >= 0 && r.examples > 0 &&
-                 r.save_every > 0 && r.warmup_tokens >= 0 && r.final_tokens >= r.warmup_tokens &&
-                 r.grad_clip >= 0,
+  // Written so that a NaN read from a file fails every check.
+  ATTN_CHECK(r.epochs > 0 && r.epochs <= 1e6 && r.lr >= 0 && r.lr <= 10 && r.batch > 0 &&
+                 r.micro_batch >= 0 && r.examples > 0 && r.save_every > 0 && r.warmup_tokens >= 0 &&
+                 r.final_tokens >= r.warmup_tokens && r.grad_clip > 0 && r.grad_clip <= 1e9 &&
+                 r.weight_decay >= 0 && r.weight_decay <= 10 && r.beta1 >= 0 && r.beta1 < 1 &&
+                 r.beta2 >= 0 && r.beta2 < 1,
              attn::io_error, source, ": the saved training settings are out of range");
   return r;
+}
+
+// The run settings the options ask for (those not given keep Options' defaults, which
+// check_resume_conflicts never looks at).
+Run requested_run(const Options& o) {
+  Run r;
+  r.epochs = o.epochs;
+  r.lr = o.lr;
+  r.batch = o.batch;
+  r.micro_batch = o.micro_batch;
+  r.warmup_tokens = o.warmup_tokens;
+  r.weight_decay = o.weight_decay;
+  r.grad_clip = o.grad_clip;
+  r.seed = o.seed;
+  r.save_every = o.save_every;
+  return r;
+}
+
+// The options --resume compares with the checkpoint (examples::check_resume_conflicts).
+std::vector<examples::Setting> run_settings(const Run& r, const std::string& schedule) {
+  using examples::shortest;
+  return {{"--epochs", shortest(r.epochs)},
+          {"--lr", shortest(r.lr)},
+          {"--batch", std::to_string(r.batch)},
+          {"--micro-batch", std::to_string(r.micro_batch)},
+          {"--warmup-tokens", std::to_string(r.warmup_tokens)},
+          {"--weight-decay", shortest(r.weight_decay)},
+          {"--grad-clip", shortest(r.grad_clip)},
+          {"--seed", std::to_string(r.seed)},
+          {"--save-every", std::to_string(r.save_every)},
+          {"--schedule", schedule}};
+}
+
+std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
+                                              index_t block, double dropout) {
+  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
+  s.push_back({"--dropout", examples::shortest(dropout)});
+  return s;
 }
 
 io::Safetensors open_checkpoint(const std::string& path) {
@@ -176,7 +219,7 @@ io::Safetensors open_checkpoint(const std::string& path) {
 template <class Model, class Optimizer>
 void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
                      const data::CharTokenizer& tok, const std::string& variant, const Run& run,
-                     std::int64_t step, Spent spent) {
+                     std::int64_t step, Spent spent, const std::string& schedule) {
   io::Safetensors file;
   io::put_parameters(file, model);
   io::put_optimizer_state(file, opt);
@@ -184,7 +227,7 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
   file.metadata["format"] = checkpoint_format;
   file.metadata["variant"] = variant;
   file.metadata["vocab"] = tok.vocabulary();
-  put_run(file, run, step, spent);
+  put_run(file, run, step, spent, schedule);
   io::save_safetensors(path, file);
 }
 
@@ -212,18 +255,38 @@ struct StageData {
 
 // `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
 template <class Attn>
-int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
+int train(const Options& o, Stage stage, const io::Safetensors& source_file, const CLI::App& cli) {
   using Model = nn::GPT<Attn>;
+  const examples::StopRequest stop;
   attn::set_num_threads(o.threads);
   const auto t_start = std::chrono::steady_clock::now();
   const std::string source = !o.resume.empty() ? o.resume : o.reading_params;
   const bool resuming = !o.resume.empty();
 
-  const std::string corpus = read_text(o.pretrain_corpus);
-  const data::CharTokenizer tok =
-      source.empty()
-          ? data::masked_vocabulary(corpus)
-          : data::CharTokenizer::from_vocabulary(io::metadata_string(source_file, "vocab", source));
+  // ---- where the run goes: checked before anything is read or trained
+  const fs::path out = resuming ? fs::path(o.resume) : fs::path(o.writing_params);
+  ATTN_CHECK(!resuming || o.writing_params.empty() || examples::same_path(o.writing_params, out),
+             attn::value_error, "--writing-params ", o.writing_params, " conflicts with --resume ",
+             o.resume, ": a resumed run goes on writing its own checkpoint");
+  ATTN_CHECK(o.reading_params.empty() || !examples::same_path(o.reading_params, out),
+             attn::value_error, "--writing-params ", out.string(),
+             " is the checkpoint --reading-params reads: finetuning would overwrite the ",
+             "pretrained model; write to another file");
+  const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
+  examples::check_output_file(out, "--writing-params", true);
+  if (!resuming) {
+    examples::refuse_to_replace({out, log_path}, o.overwrite, "birthplace", "--writing-params",
+                                std::string("continue that run with `birthplace ") +
+                                    stage_name(stage) + " --resume " + out.string() + "`");
+  }
+  examples::remove_stale_saves(out);
+
+  const std::string corpus = examples::read_corpus(o.pretrain_corpus);
+  const data::CharTokenizer tok = examples::about(source.empty() ? o.pretrain_corpus : source, [&] {
+    return source.empty() ? data::masked_vocabulary(corpus)
+                          : data::CharTokenizer::from_vocabulary(
+                                io::metadata_string(source_file, "vocab", source));
+  });
   std::string variant = o.variant;
   nn::GPTConfig config;
   if (!source.empty()) {
@@ -231,7 +294,19 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     variant = io::metadata_string(source_file, "variant", source);
     ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error, "birthplace: ", source,
                " holds a ", variant, " model, not ", o.variant);
+    ATTN_CHECK(config.vocab_size == tok.size(), attn::io_error, source, ": config.vocab_size ",
+               config.vocab_size, " differs from its vocabulary's ", tok.size(), " characters");
+    // The model comes from the checkpoint; a new run from pretrained weights picks its dropout.
+    std::vector<examples::Setting> saved = model_settings(
+        config.layers, config.heads, config.d_model, config.block_size, config.dropout);
+    if (!resuming) saved.pop_back();
+    examples::check_resume_conflicts(cli,
+                                     model_settings(o.layers, o.heads, o.embd, o.block, o.dropout),
+                                     saved, source, "the model comes from the checkpoint");
+    if (!resuming) config.dropout = o.dropout;
   } else {
+    ATTN_CHECK(o.embd % o.heads == 0, attn::value_error, "--heads ", o.heads,
+               " does not divide --embd ", o.embd);
     config =
         examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
   }
@@ -239,20 +314,40 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
 
   StageData examples_of;
   if (stage == Stage::pretrain)
-    examples_of.corruption.emplace(tok, corpus, block);
+    examples::about(o.pretrain_corpus, [&] { examples_of.corruption.emplace(tok, corpus, block); });
   else
-    examples_of.qa.emplace(tok, read_text(o.finetune_corpus), block, o.finetune_corpus);
+    examples_of.qa.emplace(tok, examples::read_corpus(o.finetune_corpus), block, o.finetune_corpus);
 
+  const std::string smaller = "use a smaller --batch or model, or --micro-batch";
+  examples::check_memory(examples::parameters_estimate(config), "birthplace", smaller);
   Model model(config);
   if (!source.empty()) io::get_parameters(source_file, model, source);
   auto params = optim::parameters_of<float>(model);
 
+  // What one step keeps in memory, measured on this model, for `r`'s sequences per pass.
+  std::string memory;
+  const auto check_run_memory = [&](const Run& r) {
+    const index_t rows = r.micro_batch > 0 ? std::min(r.micro_batch, r.batch) : r.batch;
+    memory = examples::check_memory(examples::training_memory(model, block, rows), "birthplace",
+                                    smaller);
+  };
+
   // The run's settings: saved ones when resuming; otherwise the options over the stage defaults.
   Run run;
+  std::string schedule_name = o.schedule;
   std::int64_t start = 0;
   Spent before;
   if (resuming) {
     run = get_run(source_file, source, block);
+    const auto saved_schedule = source_file.metadata.find("train.schedule");
+    schedule_name =
+        saved_schedule != source_file.metadata.end() ? saved_schedule->second : "(not saved)";
+    examples::check_resume_conflicts(cli, run_settings(requested_run(o), o.schedule),
+                                     run_settings(run, schedule_name), source,
+                                     "--stop-at and --threads may change");
+    ATTN_CHECK(cli.count("--budget-minutes") == 0, attn::value_error,
+               "--budget-minutes conflicts with --resume ", source,
+               ": a resumed run keeps its epochs (", examples::shortest(run.epochs), ")");
     ATTN_CHECK(run.stage == stage, attn::value_error, "birthplace: ", source, " is a ",
                stage_name(run.stage), " run; resume it with `birthplace ", stage_name(run.stage),
                " --resume`");
@@ -262,6 +357,18 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     start = io::metadata_int(source_file, "train.step", source);
     before.wall = io::metadata_double(source_file, "train.elapsed_s", source);
     before.cpu = io::metadata_double(source_file, "train.cpu_s", source);
+    ATTN_CHECK(start >= 0 && start <= run.total_steps(), attn::io_error, source,
+               ": metadata train.step = ", start, " is outside [0, ", run.total_steps(), "]");
+    if (start == run.total_steps()) {
+      std::printf(
+          "birthplace: %s is a finished %s run (step %lld of %lld): nothing to do, nothing "
+          "changed\n",
+          source.c_str(), stage_name(stage), (long long)start, (long long)start);
+      return 0;
+    }
+    ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
+               " is not after step ", start, ", where ", source, " stopped");
+    check_run_memory(run);
   } else {
     const bool pretrained = stage == Stage::finetune && !o.reading_params.empty();
     const double default_epochs = stage == Stage::pretrain ? 650 : pretrained ? 10 : 75;
@@ -279,6 +386,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     run.warmup_tokens = o.warmup_tokens;
     run.seed = o.seed;
     run.save_every = o.save_every > 0 ? o.save_every : run.steps_per_epoch();
+    check_run_memory(run);
     if (o.budget_minutes > 0) {
       // Time a few steps of a throwaway copy of the run, then fit the epochs to the budget; the
       // run itself is then exactly the run with that --epochs.
@@ -325,23 +433,32 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
   optim::AdamW<float> opt(params, ac);
   if (resuming) io::get_optimizer_state(source_file, opt, source);
 
-  const fs::path out = !o.writing_params.empty() ? fs::path(o.writing_params) : fs::path(o.resume);
+  // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
+  // logged again) and continued; its rows start the curve, so the plot shows the whole run.
+  const std::vector<std::string> columns{"step",      "epoch",        "loss",      "lr",
+                                         "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
+  std::vector<double> curve_step, curve_loss;
+  if (resuming)
+    for (const std::vector<double>& row : examples::truncate_log(log_path, columns, start)) {
+      curve_step.push_back(row[1]);
+      curve_loss.push_back(row[2]);
+    }
+  // Everything is checked: only now does an --overwrite replace the earlier run's files.
   if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
-  io::CsvLog log(log_path,
-                 {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"},
-                 resuming);
+  if (!resuming)
+    for (const fs::path& p : {out, log_path, svg}) fs::remove(p);
+  io::CsvLog log(log_path, columns, resuming);
 
   std::printf(
       "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
       "vocab %d, %lld parameters\n"
       "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
-      "minGPT cosine over %lld tokens (warmup %lld); %d threads\n",
+      "minGPT cosine over %lld tokens (warmup %lld); %d threads; memory %s\n",
       stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
       (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
       tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
       (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
-      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads);
+      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads, memory.c_str());
   if (!o.reading_params.empty()) std::printf("  weights from %s\n", o.reading_params.c_str());
   if (start > 0)
     std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);
@@ -352,7 +469,6 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
   Tensor<std::int32_t> x, y;
   std::vector<index_t> order;
   std::int64_t order_epoch = -1;
-  std::vector<double> curve_step, curve_loss;
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = examples::process_cpu_seconds();
   const auto spent = [&] {
@@ -362,7 +478,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
   double loss = std::nan(""), epoch_loss = 0;
   std::int64_t epoch_steps = 0;
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
-  for (std::int64_t step = start; step < end; ++step) {
+  std::int64_t done_to = start;  // steps done (and saved) when the loop ends
+  for (std::int64_t step = start; step < end && !stop.requested(); ++step) {
     const std::int64_t epoch = step / spe;
     if (epoch != order_epoch) {  // each epoch visits every example once, in a seeded order
       attn::Rng r(step_seed(run.seed, 3, epoch));
@@ -379,18 +496,21 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     loss = r.loss;
     epoch_loss += r.loss;
     ++epoch_steps;
+    done_to = step + 1;
 
     const double elapsed = seconds_since(t0);
     const double done = double(step + 1 - start), left = double(end - step - 1);
     const double tokens_per_s = done * double(run.batch * block) / elapsed;
     const Spent now = spent();
+    // Ctrl-C: this step is done, and saved like the last one. The checkpoint goes first, then the
+    // step's log row: a resume cuts the log back to the checkpoint's step anyway.
+    const bool last = step + 1 == end || stop.requested(), epoch_end = (step + 1) % spe == 0;
+    if ((step + 1) % run.save_every == 0 || last)
+      save_checkpoint(out, model, opt, tok, variant, run, step + 1, now, schedule_name);
     log.row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
              tokens_per_s, now.wall, now.cpu});
     curve_step.push_back(double(step + 1) / double(spe));
     curve_loss.push_back(r.loss);
-    const bool last = step + 1 == end, epoch_end = (step + 1) % spe == 0;
-    if ((step + 1) % run.save_every == 0 || last)
-      save_checkpoint(out, model, opt, tok, variant, run, step + 1, now);
     char text[200];
     std::snprintf(text, sizeof text,
                   "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
@@ -405,16 +525,17 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
   std::printf(
       "%s: %lld steps in %s wall, %.0f CPU s (all sessions of this run: %s wall, %.0f CPU s), "
       "final loss %.4f\n",
-      stage_name(stage), (long long)(end - start), format_duration(seconds_since(t0)).c_str(),
+      stage_name(stage), (long long)(done_to - start), format_duration(seconds_since(t0)).c_str(),
       all.cpu - before.cpu, format_duration(all.wall).c_str(), all.cpu, loss);
-  if (end < total)
+  if (done_to < total)
     std::printf("stopped at step %lld of %lld; continue with `birthplace %s --resume %s`\n",
-                (long long)end, (long long)total, stage_name(stage), out.c_str());
-  plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
-                  "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
+                (long long)done_to, (long long)total, stage_name(stage), out.c_str());
+  if (done_to > start)
+    plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
+                    "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
   std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
   std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
-  return 0;
+  return stop.requested() ? stop.exit_status() : 0;
 }
 
 // ---- evaluation ------------------------------------------------------------------------------
@@ -443,7 +564,8 @@ int evaluate(const Options& o, const io::Safetensors& file) {
   io::get_parameters(file, model, o.reading_params);
   const auto tok =
       data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.reading_params));
-  const data::QADataset qa(tok, read_text(o.eval_corpus), model.config().block_size, o.eval_corpus);
+  const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), model.config().block_size,
+                           o.eval_corpus);
   examples::ProgressLine progress;
   const auto t0 = std::chrono::steady_clock::now();
   const data::QAEvaluation r = data::evaluate_greedy(model, tok, qa, [&](index_t done, index_t n) {
@@ -471,26 +593,30 @@ void add_model_options(CLI::App* cmd, Options& o, std::string& choices) {
   cmd->add_option("--embd", o.embd, "model width (new models)")->check(CLI::Range(1, 8192));
   cmd->add_option("--block", o.block, "context length (new models)")->check(CLI::Range(8, 8192));
   cmd->add_option("--dropout", o.dropout, "dropout of embeddings, residuals, attention")
-      ->check(CLI::Range(0.0, 0.95));
+      ->check(examples::number_in(0, 0.95));
 }
 
 void add_run_options(CLI::App* cmd, Options& o) {
   cmd->add_option("--pretrain-corpus", o.pretrain_corpus,
                   "pretraining text, one document per line (defines the vocabulary)")
       ->check(CLI::ExistingFile);
-  cmd->add_option(
-      "--writing-params", o.writing_params,
-      "checkpoint to write (its log goes to <file>.log.csv, its plot to <file>.loss.svg)");
-  cmd->add_option("--resume", o.resume, "continue the interrupted run saved in this checkpoint")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--writing-params", o.writing_params,
+                  "checkpoint to write (its log goes to <file>.log.csv, its plot to "
+                  "<file>.loss.svg); refused where a run's files exist, unless --overwrite");
+  cmd->add_flag("--overwrite", o.overwrite,
+                "start a new run even where --writing-params (or its log) exists, replacing it");
+  cmd->add_option("--resume", o.resume,
+                  "continue the interrupted run saved in this checkpoint, with its settings")
+      ->check(CLI::ExistingFile)
+      ->excludes("--overwrite");
   cmd->add_option(
          "--epochs", o.epochs,
          "passes over the data (default: the problem set's: pretrain 650, finetune 75, or 10 "
          "with --reading-params); the cosine schedule scales with it")
-      ->check(CLI::Range(1e-6, 1e6));
+      ->check(examples::number_in(1e-6, 1e6));
   cmd->add_option("--budget-minutes", o.budget_minutes,
                   "choose --epochs so that training takes about this long (timed on 3 steps)")
-      ->check(CLI::Range(1e-3, 1e6))
+      ->check(examples::number_in(1e-3, 1e6))
       ->excludes("--epochs");
   cmd->add_option("--batch", o.batch, "sequences per step (default: pretrain 128, finetune 256)")
       ->check(CLI::Range(1, 65536));
@@ -499,7 +625,7 @@ void add_run_options(CLI::App* cmd, Options& o) {
                   "step in less memory; 0 = all at once)")
       ->check(CLI::Range(0, 65536));
   cmd->add_option("--lr", o.lr, "peak learning rate (default: pretrain 6e-3, finetune 6e-4)")
-      ->check(CLI::Range(1e-9, 10.0));
+      ->check(examples::number_in(1e-9, 10));
   cmd->add_option("--schedule", o.schedule,
                   "mingpt: the problem set's cosine (it ends at 200 epochs of the pretraining "
                   "corpus, scaled with --epochs, and is not clamped, so a run longer than that "
@@ -508,11 +634,12 @@ void add_run_options(CLI::App* cmd, Options& o) {
   cmd->add_option("--warmup-tokens", o.warmup_tokens, "linear warmup over this many tokens")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
   cmd->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices)")
-      ->check(CLI::Range(0.0, 10.0));
+      ->check(examples::number_in(0, 10));
   cmd->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(examples::number_in(0, 1e9, true));
   cmd->add_option("--seed", o.seed,
-                  "seed of the weights, the example order and corruption, dropout");
+                  "seed of the weights, the example order and corruption, dropout")
+      ->check(examples::unsigned_integer());
   cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
   cmd->add_option("--save-every", o.save_every, "steps between checkpoints (default: every epoch)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
@@ -528,6 +655,12 @@ int main(int argc, char** argv) {
       "birthplace: pretrain a GPT with span corruption, finetune it to answer \"Where was X "
       "born?\", evaluate it (XCS224N ps5 with attn)"};
   app.require_subcommand(1);
+  app.footer(
+      "pretrain and finetune refuse a --writing-params where a run's files exist unless "
+      "--overwrite is given, and finetune never writes the checkpoint it reads; --resume "
+      "continues a run with its saved settings (an option that contradicts them is an error). "
+      "Ctrl-C finishes the step, saves, plots and exits with status 130; a second Ctrl-C quits "
+      "at once.\nExit status: 0 done, 1 error, 2 bad option, 130 interrupted (saved).");
   Options o;
   std::string choices;
   for (const auto& [name, help] : variant_help) choices += "\n  " + name + ": " + help;
@@ -567,8 +700,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--outputs-path", o.outputs_path, "write the predictions here, one per line");
   }
 
-  CLI11_PARSE(app, argc, argv);
-  return examples::exit_status_of([&] {
+  return examples::run_main(app, argc, argv, [&] {
     for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
       if (*cmd) o.variant_given = cmd->count("--variant") > 0;
     if (*pretrain || *finetune) {
@@ -582,8 +714,11 @@ int main(int argc, char** argv) {
         file = open_checkpoint(source);
         variant = io::metadata_string(file, "variant", source);
       }
-      return with_variant(variant, [&]<class Attn>() { return train<Attn>(o, stage, file); });
+      CLI::App* cmd = *pretrain ? pretrain : finetune;
+      return with_variant(variant, [&]<class Attn>() { return train<Attn>(o, stage, file, *cmd); });
     }
+    if (!o.outputs_path.empty())
+      examples::check_output_file(o.outputs_path, "--outputs-path", false);
     if (*evaluate_cmd) {
       const io::Safetensors file = open_checkpoint(o.reading_params);
       const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
@@ -591,8 +726,10 @@ int main(int argc, char** argv) {
                  "birthplace: ", o.reading_params, " holds a ", variant, " model, not ", o.variant);
       return with_variant(variant, [&]<class Attn>() { return evaluate<Attn>(o, file); });
     }
-    const data::CharTokenizer tok = data::masked_vocabulary(read_text(o.pretrain_corpus));
-    const data::QADataset qa(tok, read_text(o.eval_corpus), 1 << 20, o.eval_corpus);
+    const data::CharTokenizer tok = examples::about(o.pretrain_corpus, [&] {
+      return data::masked_vocabulary(examples::read_corpus(o.pretrain_corpus));
+    });
+    const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), 1 << 20, o.eval_corpus);
     std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
     report(data::evaluate_constant(qa, "London"), qa, o);
     return 0;

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct TrainOptions {
   int threads = 2;
   std::int64_t eval_every = 100, eval_batches = 8;
   std::string out = "runs/char_gpt";
+  bool overwrite = false;
   std::string resume;
   std::string init_from;  // start from a checkpoint's weights with a fresh optimizer (transfer)
   index_t sample_tokens = 500;
@@ -74,19 +76,31 @@ struct SampleOptions {
   int threads = 2;
 };
 
-nn::PositionEncoding parse_positions(const std::string& s) {
-  if (s == "learned") return nn::PositionEncoding::learned;
-  if (s == "sinusoidal") return nn::PositionEncoding::sinusoidal;
-  return nn::PositionEncoding::none;
+const std::map<std::string, nn::PositionEncoding> position_names{
+    {"learned", nn::PositionEncoding::learned},
+    {"sinusoidal", nn::PositionEncoding::sinusoidal},
+    {"none", nn::PositionEncoding::none}};
+
+std::string position_name(nn::PositionEncoding p) {
+  for (const auto& [name, value] : position_names)
+    if (value == p) return name;
+  return "?";
 }
+
+const std::vector<std::string> log_columns{"step",      "train_loss",   "val_loss", "lr",
+                                           "grad_norm", "tokens_per_s", "elapsed_s"};
 
 // ---- checkpoints -----------------------------------------------------------------------------
 
 // The settings that define a run's trajectory, saved with every checkpoint so that --resume
-// continues the same run whatever options it is given (only --stop-at and --threads apply).
-void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_done) {
+// continues the same run (only --stop-at, --threads and the sampling options may change).
+void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_done, double elapsed,
+             std::uint32_t data_crc) {
   auto& m = file.metadata;
   m["train.step"] = std::to_string(steps_done);
+  m["train.elapsed_s"] = exact(elapsed);
+  m["train.data"] = o.data;
+  m["train.data_crc32"] = std::to_string(data_crc);
   m["train.steps"] = std::to_string(o.steps);
   m["train.warmup"] = std::to_string(o.warmup);
   m["train.batch"] = std::to_string(o.batch);
@@ -108,7 +122,7 @@ void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string
   o.steps = integer("train.steps");
   o.warmup = integer("train.warmup");
   o.batch = integer("train.batch");
-  o.seed = std::stoull(io::metadata_string(file, "train.seed", source));
+  o.seed = io::metadata_uint(file, "train.seed", source);
   o.eval_every = integer("train.eval_every");
   o.eval_batches = integer("train.eval_batches");
   o.lr = real("train.lr");
@@ -118,16 +132,45 @@ void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string
   o.grad_clip = real("train.grad_clip");
   o.train_fraction = real("train.train_fraction");
   o.data_fraction = real("train.data_fraction");
+  // `!(x > 0)` style: a NaN read from a file fails every check.
   ATTN_CHECK(o.steps > 0 && o.batch > 0 && o.eval_every > 0 && o.eval_batches > 0 &&
-                 o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.train_fraction > 0 &&
-                 o.train_fraction <= 1 && o.data_fraction > 0 && o.data_fraction <= 1,
+                 o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.grad_clip > 0 &&
+                 o.train_fraction > 0 && o.train_fraction <= 1 && o.data_fraction > 0 &&
+                 o.data_fraction <= 1 && std::isfinite(o.lr) && std::isfinite(o.min_lr) &&
+                 std::isfinite(o.weight_decay) && std::isfinite(o.beta2) &&
+                 std::isfinite(o.grad_clip),
              attn::io_error, source, ": the saved training settings are out of range");
+}
+
+// The options --resume compares with the checkpoint: the run's, and the model's (which
+// --init-from compares too, but for --dropout).
+std::vector<examples::Setting> run_settings(const TrainOptions& o) {
+  using examples::shortest;
+  return {{"--steps", std::to_string(o.steps)},
+          {"--warmup", std::to_string(o.warmup)},
+          {"--batch", std::to_string(o.batch)},
+          {"--seed", std::to_string(o.seed)},
+          {"--eval-every", std::to_string(o.eval_every)},
+          {"--eval-batches", std::to_string(o.eval_batches)},
+          {"--lr", shortest(o.lr)},
+          {"--min-lr", shortest(o.min_lr)},
+          {"--weight-decay", shortest(o.weight_decay)},
+          {"--beta2", shortest(o.beta2)},
+          {"--grad-clip", shortest(o.grad_clip)},
+          {"--data-fraction", shortest(o.data_fraction)}};
+}
+
+std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
+                                              index_t block, const std::string& positions) {
+  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
+  s.push_back({"--positions", positions});
+  return s;
 }
 
 template <class Model, class Optimizer>
 void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
                      const attn::data::CharTokenizer& tok, const TrainOptions& o,
-                     std::int64_t steps_done) {
+                     std::int64_t steps_done, double elapsed, std::uint32_t data_crc) {
   io::Safetensors file;
   io::put_parameters(file, model);
   if (opt != nullptr) io::put_optimizer_state(file, *opt);
@@ -135,42 +178,120 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
   file.metadata["format"] = "attn.char_gpt.v1";
   file.metadata["attention"] = o.attention;
   file.metadata["vocab"] = tok.vocabulary();
-  put_run(file, o, steps_done);
+  put_run(file, o, steps_done, elapsed, data_crc);
   io::save_safetensors(path, file);
+}
+
+// The prompt as token ids, checked before any work: not empty, every character in the vocabulary.
+std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
+                                        const std::string& prompt) {
+  ATTN_CHECK(!prompt.empty(), attn::value_error,
+             "--prompt is empty: sampling continues a text of at least one character");
+  return examples::about("--prompt", [&] { return tok.encode(prompt); });
 }
 
 // ---- training --------------------------------------------------------------------------------
 
 template <class Attn>
-int train(const TrainOptions& options) {
+int train(const TrainOptions& options, const CLI::App& cli) {
   using Model = nn::GPT<Attn>;
   TrainOptions o = options;
   examples::ProgressLine progress;
+  const examples::StopRequest stop;
   attn::set_num_threads(o.threads);
 
+  // ---- where the run comes from, and where it goes: everything checked before the first step
   io::Safetensors resumed;
   const bool resuming = !o.resume.empty();
+  fs::path out(o.out);
   if (resuming) {
+    // A resumed run continues in its own directory.
+    const fs::path dir =
+        fs::path(o.resume).parent_path().empty() ? fs::path(".") : fs::path(o.resume).parent_path();
+    ATTN_CHECK(cli.count("--out") == 0 || examples::same_path(o.out, dir), attn::value_error,
+               "--out ", o.out, " conflicts with --resume ", o.resume,
+               ": a resumed run continues in the directory of its checkpoint, ", dir.string());
+    out = dir;
     resumed = open_checkpoint(o.resume);
+    // The text defaults to the run's own (its content is checked below).
+    if (cli.count("--data") == 0 && resumed.metadata.count("train.data"))
+      o.data = resumed.metadata.at("train.data");
     restore_run(resumed, o, o.resume);
+    examples::check_resume_conflicts(cli, run_settings(options), run_settings(o), o.resume,
+                                     "--stop-at, --threads and the sampling options may change");
   }
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
   const std::string& source = resuming ? o.resume : o.init_from;
   const bool from_checkpoint = resuming || !o.init_from.empty();
+  std::int64_t start = 0;
+  double elapsed_before = 0;
+  if (from_checkpoint) {
+    const nn::GPTConfig saved = io::get_gpt_config(resumed, source);
+    examples::check_resume_conflicts(
+        cli, model_settings(o.layers, o.heads, o.embd, o.block, o.positions),
+        model_settings(saved.layers, saved.heads, saved.d_model, saved.block_size,
+                       position_name(saved.positions)),
+        source, "the model comes from the checkpoint");
+    ATTN_CHECK(!resuming || cli.count("--dropout") == 0 || o.dropout == saved.dropout,
+               attn::value_error, "--dropout ", examples::shortest(o.dropout),
+               " conflicts with the run in ", source, ", which has --dropout ",
+               examples::shortest(saved.dropout), ": a resumed run keeps its settings");
+    ATTN_CHECK(o.vocab_from.empty(), attn::value_error, "--vocab-from conflicts with ",
+               resuming ? "--resume" : "--init-from", " ", source,
+               ": the vocabulary is the checkpoint's");
+  }
+  if (resuming) {
+    start = io::metadata_int(resumed, "train.step", o.resume);
+    ATTN_CHECK(start >= 0 && start <= o.steps, attn::io_error, o.resume,
+               ": metadata train.step = ", start, " is outside [0, ", o.steps, "]");
+    if (resumed.metadata.count("train.elapsed_s"))
+      elapsed_before = io::metadata_double(resumed, "train.elapsed_s", o.resume);
+    if (start == o.steps) {
+      std::printf(
+          "char_gpt: %s is a finished run (step %lld of %lld): nothing to do, nothing changed; "
+          "`char_gpt sample %s` samples from it\n",
+          o.resume.c_str(), (long long)start, (long long)o.steps, o.resume.c_str());
+      return 0;
+    }
+    ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
+               " is not after step ", start, ", where ", o.resume, " stopped");
+  }
+  const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
+                 svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
+  examples::check_writable_directory(out, "--out");
+  ATTN_CHECK(o.init_from.empty() || !examples::same_path(o.init_from, checkpoint),
+             attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
+             checkpoint.string(), "): choose another --out");
+  if (!resuming) {
+    examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
+                                "continue that run with --resume " + checkpoint.string());
+  }
+  examples::remove_stale_saves(checkpoint);
 
   // The corpus and its vocabulary (from the checkpoint when continuing one).
-  std::string text = read_text(o.data);
+  const std::string text = examples::read_corpus(o.data);
+  const std::uint32_t data_crc =
+      io::detail::crc32(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  if (resuming && resumed.metadata.count("train.data_crc32"))
+    ATTN_CHECK(std::to_string(data_crc) == resumed.metadata.at("train.data_crc32"),
+               attn::value_error, "--data ", o.data, " is not the text the run in ", o.resume,
+               " was trained on (its CRC-32 differs): resume with the same --data");
   attn::data::CharTokenizer tok;
   if (from_checkpoint) {
-    tok = attn::data::CharTokenizer::from_vocabulary(io::metadata_string(resumed, "vocab", source));
+    tok = examples::about(source, [&] {
+      return attn::data::CharTokenizer::from_vocabulary(
+          io::metadata_string(resumed, "vocab", source));
+    });
   } else {
     std::string all = text;
-    for (const std::string& extra : o.vocab_from) all += read_text(extra);
+    for (const std::string& extra : o.vocab_from) all += examples::read_corpus(extra);
     tok = attn::data::CharTokenizer::from_corpus(all);
   }
   // Training split: the first train_fraction of the text, of which only the first data_fraction
   // is used (the data-size study); validation: always the rest of the text.
-  std::vector<std::int32_t> tokens = tok.encode(text);
+  std::vector<std::int32_t> tokens = examples::about(
+      o.data + " (with the vocabulary of " + (from_checkpoint ? source : o.data) + ")",
+      [&] { return tok.encode(text); });
   const auto n_train = std::size_t(double(tokens.size()) * o.train_fraction);
   const auto keep = std::size_t(double(n_train) * o.data_fraction);
   tokens.erase(tokens.begin() + std::ptrdiff_t(keep), tokens.begin() + std::ptrdiff_t(n_train));
@@ -183,33 +304,55 @@ int train(const TrainOptions& options) {
       throw attn::value_error("char_gpt: " + source + " was trained with --attention " +
                               io::metadata_string(resumed, "attention", source) + ", not " +
                               o.attention);
+    ATTN_CHECK(config.vocab_size == tok.size(), attn::io_error, source, ": config.vocab_size ",
+               config.vocab_size, " differs from its vocabulary's ", tok.size(), " characters");
     if (!resuming) config.dropout = o.dropout;  // a new run from old weights picks its own
   } else {
+    ATTN_CHECK(o.embd % o.heads == 0, attn::value_error, "--heads ", o.heads,
+               " does not divide --embd ", o.embd);
     config =
         examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
-    config.positions = parse_positions(o.positions);
+    config.positions = position_names.at(o.positions);
   }
   const index_t block = config.block_size;
+  for (const auto split : {attn::data::Split::train, attn::data::Split::validation})
+    ATTN_CHECK(batches.size(split) > block, attn::value_error, "char_gpt: the ",
+               split == attn::data::Split::train ? "training" : "validation", " split of ", o.data,
+               " has ", batches.size(split), " characters, fewer than the block (", block,
+               ") + 1: use a longer text or a smaller --block");
+  std::vector<std::int32_t> prompt;
+  if (o.sample_tokens > 0) prompt = encode_prompt(tok, o.prompt);
+
+  const std::string smaller = "use a smaller --batch, --block or model";
+  examples::check_memory(examples::parameters_estimate(config), "char_gpt", smaller);
   Model model(config);
+  const std::string memory =
+      examples::check_memory(examples::training_memory(model, block, o.batch), "char_gpt", smaller);
   auto params = optim::parameters_of<float>(model);
   optim::AdamConfig ac;
   ac.lr = o.lr;
   ac.beta2 = o.beta2;
   ac.weight_decay = o.weight_decay;
   optim::AdamW<float> opt(params, ac);
-  std::int64_t start = 0;
   if (from_checkpoint) io::get_parameters(resumed, model, source);
-  if (resuming) {
-    io::get_optimizer_state(resumed, opt, source);
-    start = io::metadata_int(resumed, "train.step", source);
-  }
+  if (resuming) io::get_optimizer_state(resumed, opt, source);
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
 
-  fs::create_directories(o.out);
-  const fs::path out(o.out);
-  io::CsvLog log(out / "log.csv",
-                 {"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"},
-                 resuming);
+  // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
+  // logged again) and continued; its rows start the curves, so the plot shows the whole run.
+  std::vector<double> curve_step, curve_train, curve_val;
+  if (resuming)
+    for (const std::vector<double>& row : examples::truncate_log(log_path, log_columns, start)) {
+      curve_step.push_back(row[0]);
+      curve_train.push_back(row[1]);
+      curve_val.push_back(row[2]);
+    }
+  // Everything is checked: only now does an --overwrite replace the earlier run's files.
+  fs::create_directories(out);
+  if (!resuming)
+    for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
+  io::CsvLog log(log_path, log_columns, resuming);
+
   const index_t n_params = nn::parameter_count(model);
   index_t n_attn = 0;
   model.for_each_parameter([&](const std::string& name, attn::Parameter<float>& p) {
@@ -217,10 +360,12 @@ int train(const TrainOptions& options) {
   });
   std::printf(
       "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
-      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n",
+      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
+      "          memory: %s\n",
       o.attention.c_str(), (long long)config.layers, (long long)config.heads,
       (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
-      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads);
+      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
+      memory.c_str());
   if (start > 0)
     std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
   std::fflush(stdout);
@@ -241,14 +386,14 @@ int train(const TrainOptions& options) {
     return total / double(o.eval_batches);
   };
 
-  std::vector<double> curve_step, curve_train, curve_val;
   double window_loss = 0, grad_norm = 0, val = std::nan("");
   std::int64_t window = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto t_window = t0;
   double tokens_per_s = 0;
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
-  for (std::int64_t step = start; step < end; ++step) {
+  std::int64_t done_to = start;  // steps done (and saved) when the loop ends
+  for (std::int64_t step = start; step < end && !stop.requested(); ++step) {
     attn::Rng rng(step_seed(o.seed, 1, step));
     batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
     const examples::StepResult r = examples::train_step(model, tape, opt, params, x, y, -100,
@@ -257,8 +402,10 @@ int train(const TrainOptions& options) {
     grad_norm = r.grad_norm;
     window_loss += loss;
     ++window;
+    done_to = step + 1;
 
-    const bool last = step + 1 == end;
+    // Ctrl-C: this step is done; it is evaluated, saved and logged like the last one.
+    const bool last = step + 1 == end || stop.requested();
     const bool eval = (step + 1) % o.eval_every == 0 || last;
     const double elapsed = seconds_since(t0);
     const double done = double(step + 1 - start), left = double(end - step - 1);
@@ -267,43 +414,52 @@ int train(const TrainOptions& options) {
       val = evaluate(step);
       const double train_loss = window_loss / double(window);
       const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
-      log.row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps, elapsed});
+      // The checkpoint first, then its log row: a crash between the two loses a row that the
+      // resumed run writes again, never leaves a row for a step no checkpoint holds.
+      save_checkpoint(checkpoint, model, &opt, tok, o, step + 1, elapsed_before + elapsed,
+                      data_crc);
+      log.row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps,
+               elapsed_before + elapsed});
       curve_step.push_back(double(step + 1));
       curve_train.push_back(train_loss);
       curve_val.push_back(val);
       window_loss = 0, window = 0;
-      save_checkpoint(out / "checkpoint.safetensors", model, &opt, tok, o, step + 1);
       t_window = std::chrono::steady_clock::now();
     }
     if (progress.tty() || eval) {
-      char text[160];
-      std::snprintf(text, sizeof text, "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s",
-                    (long long)(step + 1), (long long)o.steps, loss, val, tokens_per_s);
-      progress.show(double(step + 1) / double(o.steps), text, left * elapsed / done, eval);
+      char text_line[160];
+      std::snprintf(text_line, sizeof text_line,
+                    "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s", (long long)(step + 1),
+                    (long long)o.steps, loss, val, tokens_per_s);
+      progress.show(double(step + 1) / double(o.steps), text_line, left * elapsed / done, eval);
     }
   }
   progress.finish();
 
-  std::printf("training: %.1f s, %.0f tokens/s, final val loss %.4f\n", seconds_since(t0),
-              tokens_per_s, val);
-  const fs::path svg = out / "loss.svg", png = out / "loss.png";
-  plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
-                  {{"train", "#1f77b4", curve_step, curve_train},
-                   {"validation", "#d62728", curve_step, curve_val}});
-  const bool have_png =
-      !resuming && plot::gnuplot_png(out / "log.csv", png, "char_gpt: " + o.attention,
-                                     {{2, "train"}, {3, "validation"}});
-  std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
-  std::printf("checkpoint: %s\n", (out / "checkpoint.safetensors").c_str());
+  std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
+              (long long)(done_to - start), seconds_since(t0), tokens_per_s, val,
+              (long long)done_to);
+  if (done_to > start) {
+    plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+                    {{"train", "#1f77b4", curve_step, curve_train},
+                     {"validation", "#d62728", curve_step, curve_val}});
+    const bool have_png = plot::gnuplot_png(log_path, png, "char_gpt: " + o.attention,
+                                            {{2, "train"}, {3, "validation"}});
+    std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
+  }
+  std::printf("checkpoint: %s\n", checkpoint.c_str());
+  if (stop.requested() || done_to < o.steps)
+    std::printf("stopped at step %lld of %lld; continue with `char_gpt --resume %s`\n",
+                (long long)done_to, (long long)o.steps, checkpoint.c_str());
+  if (stop.requested()) return stop.exit_status();
 
   if (o.sample_tokens > 0) {
     nn::SampleConfig s;
     s.max_tokens = o.sample_tokens;
     s.temperature = o.temperature;
     s.seed = o.seed;
-    const auto prompt = tok.encode(o.prompt);
     const std::string sample = o.prompt + tok.decode(nn::generate(model, prompt, s));
-    io::write_file_atomically(out / "sample.txt", sample);
+    io::write_file_atomically(sample_path, sample);
     std::printf("sample (%lld characters, temperature %.2f):\n%s\n", (long long)o.sample_tokens,
                 o.temperature, sample.c_str());
   }
@@ -326,7 +482,7 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
   s.seed = o.seed;
   s.use_cache = !o.no_cache;
   const auto t0 = std::chrono::steady_clock::now();
-  const auto ids = nn::generate(model, tok.encode(o.prompt), s);
+  const auto ids = nn::generate(model, encode_prompt(tok, o.prompt), s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s%s\n", o.prompt.c_str(), tok.decode(ids).c_str());
   std::fprintf(stderr, "%zu tokens in %.2f s (%.0f tokens/s, %s)\n", ids.size(), secs,
@@ -338,10 +494,17 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
 
 int main(int argc, char** argv) {
   CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
+  app.footer(
+      "A new run refuses an --out that holds a run (checkpoint.safetensors or log.csv) unless "
+      "--overwrite is given; --resume continues a run in its own directory with its saved "
+      "settings (an option that contradicts them is an error). Ctrl-C finishes the step, saves, "
+      "plots and exits with status 130; a second Ctrl-C quits at once.\n"
+      "Exit status: 0 done, 1 error, 2 bad option, 130 interrupted (saved).");
   TrainOptions t;
   std::string choices;
   for (const auto& [name, help] : examples::attention_help())
     choices += "\n  " + name + ": " + help;
+  using examples::number_in;
   app.add_option("--data", t.data, "training text (UTF-8)")->check(CLI::ExistingFile);
   app.add_option("--vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
       ->check(CLI::ExistingFile);
@@ -360,36 +523,41 @@ int main(int argc, char** argv) {
                  "end this session after this many steps; --resume continues the same run")
       ->check(CLI::Range(0, 100000000));
   app.add_option("--warmup", t.warmup, "linear warmup steps")->check(CLI::Range(0, 100000000));
-  app.add_option("--lr", t.lr, "peak learning rate")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--lr", t.lr, "peak learning rate")->check(number_in(0, 10));
   app.add_option("--min-lr", t.min_lr, "learning rate at the end of the cosine")
-      ->check(CLI::Range(0.0, 10.0));
+      ->check(number_in(0, 10));
   app.add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (matrices only)")
-      ->check(CLI::Range(0.0, 10.0));
-  app.add_option("--beta2", t.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
+      ->check(number_in(0, 10));
+  app.add_option("--beta2", t.beta2, "AdamW beta2")->check(number_in(0, 0.999999));
   app.add_option("--grad-clip", t.grad_clip, "global gradient-norm clip")
-      ->check(CLI::Range(0.0, 1e9));
+      ->check(number_in(0, 1e9, true));
   app.add_option("--dropout", t.dropout, "dropout (embeddings, residuals, attention)")
-      ->check(CLI::Range(0.0, 0.95));
+      ->check(number_in(0, 0.95));
   app.add_option("--data-fraction", t.data_fraction, "use only this fraction of the training split")
-      ->check(CLI::Range(0.01, 1.0));
-  app.add_option("--seed", t.seed, "seed for the weights, batches and dropout");
+      ->check(number_in(0.01, 1));
+  app.add_option("--seed", t.seed, "seed for the weights, batches and dropout")
+      ->check(examples::unsigned_integer());
   app.add_option("--threads", t.threads, "OpenMP threads")->check(CLI::Range(1, 256));
   app.add_option("--eval-every", t.eval_every, "validate, log and checkpoint every N steps")
       ->check(CLI::Range(1, 100000000));
   app.add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")
       ->check(CLI::Range(1, 100000));
-  app.add_option("--out", t.out, "output directory (log.csv, loss.svg/png, checkpoint, sample)");
-  app.add_option("--resume", t.resume, "continue the run saved in this checkpoint")
-      ->check(CLI::ExistingFile);
+  app.add_option("--out", t.out,
+                 "output directory (log.csv, loss.svg/png, checkpoint.safetensors, sample.txt)");
+  app.add_flag("--overwrite", t.overwrite,
+               "start a new run even where --out holds one, replacing it");
+  app.add_option("--resume", t.resume,
+                 "continue the run saved in this checkpoint (in its directory, with its settings)")
+      ->check(CLI::ExistingFile)
+      ->excludes("--overwrite");
   app.add_option("--init-from", t.init_from,
                  "start from this checkpoint's weights and vocabulary, with a fresh optimizer")
       ->check(CLI::ExistingFile)
       ->excludes("--resume");
   app.add_option("--sample-tokens", t.sample_tokens, "characters to sample at the end")
       ->check(CLI::Range(0, 1000000));
-  app.add_option("--temperature", t.temperature, "sampling temperature")
-      ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--prompt", t.prompt, "text the sample continues");
+  app.add_option("--temperature", t.temperature, "sampling temperature")->check(number_in(0, 100));
+  app.add_option("--prompt", t.prompt, "text the sample continues (characters of the vocabulary)");
 
   SampleOptions s;
   CLI::App* sample_cmd = app.add_subcommand("sample", "sample text from a checkpoint");
@@ -399,22 +567,25 @@ int main(int argc, char** argv) {
   sample_cmd->add_option("--prompt", s.prompt, "text to continue");
   sample_cmd->add_option("--tokens", s.tokens, "characters to generate")
       ->check(CLI::Range(0, 10000000));
-  sample_cmd->add_option("--temperature", s.temperature, "0 = greedy")
-      ->check(CLI::Range(0.0, 100.0));
+  sample_cmd->add_option("--temperature", s.temperature, "0 = greedy")->check(number_in(0, 100));
   sample_cmd->add_option("--top-k", s.top_k, "sample among the k most likely (0 = all)")
       ->check(CLI::Range(0, 1000000));
-  sample_cmd->add_option("--seed", s.seed, "sampling seed");
+  sample_cmd->add_option("--seed", s.seed, "sampling seed")->check(examples::unsigned_integer());
   sample_cmd->add_flag("--no-cache", s.no_cache, "recompute the context for every token");
   sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
 
-  CLI11_PARSE(app, argc, argv);
-  return examples::exit_status_of([&] {
+  return examples::run_main(app, argc, argv, [&] {
     if (*sample_cmd) {
       const io::Safetensors file = open_checkpoint(s.checkpoint);
       return with_attention(io::metadata_string(file, "attention", s.checkpoint),
                             [&]<class Attn>() { return sample<Attn>(s, file); });
     }
     if (t.eval_every > t.steps) t.eval_every = t.steps;
-    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t); });
+    // Continuing a checkpoint: its attention variant unless --attention says otherwise (then
+    // train() refuses the mismatch).
+    const std::string& from = !t.resume.empty() ? t.resume : t.init_from;
+    if (!from.empty() && app.count("--attention") == 0)
+      t.attention = io::metadata_string(open_checkpoint(from), "attention", from);
+    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t, app); });
   });
 }

@@ -1,6 +1,7 @@
 // examples/common/training.hpp: what the example trainers (char_gpt, birthplace) share, besides
 // the attention variants (attention_variants.hpp) and checkpoint files (char_checkpoint.hpp):
-// per-step seeds, one optimizer step, the progress line, durations.
+// per-step seeds, one optimizer step, the progress line, durations. Their files, memory check,
+// interruption and command line are in run_files.hpp, memory.hpp, interrupt.hpp and cli.hpp.
 // Does not parse options, hold a training loop or choose file names: each trainer keeps its own.
 #pragma once
 
@@ -12,6 +13,10 @@
 
 #include "attention_variants.hpp"
 #include "char_checkpoint.hpp"
+#include "cli.hpp"
+#include "interrupt.hpp"
+#include "memory.hpp"
+#include "run_files.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -79,20 +84,6 @@ inline attn::nn::GPTConfig gpt_config(const ModelShape& m) {
   c.dropout = m.dropout;
   c.seed = m.seed;
   return c;
-}
-
-// Runs a program's body; an attn::error or a filesystem error becomes "error: …" on stderr and
-// exit status 1 instead of an uncaught exception.
-template <class F>
-int exit_status_of(F&& body) {
-  try {
-    return body();
-  } catch (const attn::error& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::fprintf(stderr, "\nerror: %s\n", e.what());
-  }
-  return 1;
 }
 
 // ---- one optimizer step ----------------------------------------------------------------------

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli.hpp"
+
 namespace {
 
 using attn::index_t;
@@ -220,12 +222,9 @@ int main(int argc, char** argv) {
         why.c_str());
     return 77;
   }
-  try {
+  return examples::guarded([&] {
     const bool ok = o.dtype == "float" ? run<float>(o) : run<attn::bf16>(o);
     std::printf("%s\n", ok ? "agree" : "DISAGREE");
     return ok ? 0 : 1;
-  } catch (const attn::error& e) {
-    std::fprintf(stderr, "cuda_attention: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli.hpp"
 #include "../common/plot.hpp"
 #include "exercises.hpp"
 
@@ -239,25 +240,25 @@ int main(int argc, char** argv) {
   app.add_option("--only", o.only, "run only these sections (1-6)")
       ->check(CLI::Range(1, 6))
       ->expected(1, 6);
-  app.add_option("--seed", o.seed, "seed for every random draw");
+  app.add_option("--seed", o.seed, "seed for every random draw")
+      ->check(examples::unsigned_integer());
   app.add_option("--dim", o.dim, "vector dimension d of sections 1-5")->check(CLI::Range(5, 512));
   app.add_option("--keys", o.keys, "number of keys n of sections 1-4 (<= --dim)")
       ->check(CLI::Range(3, 512));
   app.add_option("--samples", o.samples, "key samples in sections 3-4")
       ->check(CLI::Range(10, 1000000));
-  app.add_option("--beta", o.beta, "query scale of sections 3-4")->check(CLI::Range(1.0, 200.0));
+  app.add_option("--beta", o.beta, "query scale of sections 3-4")
+      ->check(examples::number_in(1, 200));
   app.add_option("--trials", o.trials, "random draws per d in section 6")
       ->check(CLI::Range(10, 100000));
-  CLI11_PARSE(app, argc, argv);
-  if (o.keys > o.dim) {
-    std::fprintf(stderr, "error: --keys (%lld) must not exceed --dim (%lld)\n",
-                 static_cast<long long>(o.keys), static_cast<long long>(o.dim));
-    return 2;
-  }
-  const auto run = [&](int n) {
-    return o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end();
-  };
-  try {
+  return examples::run_main(app, argc, argv, [&] {
+    if (o.keys > o.dim)
+      throw CLI::ValidationError("--keys", "--keys (" + std::to_string(o.keys) +
+                                               ") must not exceed --dim (" + std::to_string(o.dim) +
+                                               ")");
+    const auto run = [&](int n) {
+      return o.only.empty() || std::find(o.only.begin(), o.only.end(), n) != o.only.end();
+    };
     attn::Rng rng(o.seed);
     if (run(1)) copying(o, rng);
     if (run(2)) average(o, rng);
@@ -265,9 +266,6 @@ int main(int argc, char** argv) {
     if (run(4)) two_heads(o, rng);
     if (run(5)) kqv(o, rng);
     if (run(6)) scaling(o, rng);
-  } catch (const attn::error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

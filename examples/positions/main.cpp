@@ -17,6 +17,7 @@
 
 #include <attn/attn.hpp>
 
+#include "../common/cli.hpp"
 #include "../common/plot.hpp"
 
 namespace {
@@ -231,18 +232,18 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", o.d_model, "model width")->check(CLI::Range(2, 4096));
   app.add_option("--steps", o.steps, "optimizer steps per model")->check(CLI::Range(1, 10000000));
   app.add_option("--batch", o.batch, "sequences per step")->check(CLI::Range(1, 4096));
-  app.add_option("--lr", o.lr, "peak learning rate")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", o.seed, "seed for weights and data");
+  app.add_option("--lr", o.lr, "peak learning rate")->check(examples::number_in(0, 1));
+  app.add_option("--seed", o.seed, "seed for weights and data")
+      ->check(examples::unsigned_integer());
   app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
   app.add_option("--test-size", o.test_size, "test sequences")->check(CLI::Range(1, 1000000));
   app.add_flag("--scale-embeddings", o.scale_embeddings,
                "multiply token embeddings by sqrt(d_model), as Vaswani et al. do");
-  CLI11_PARSE(app, argc, argv);
-  if (o.d_model % o.heads != 0) {
-    std::fprintf(stderr, "error: --heads must divide --d-model\n");
-    return 2;
-  }
-  try {
+  return examples::run_main(app, argc, argv, [&] {
+    if (o.d_model % o.heads != 0)
+      throw CLI::ValidationError(
+          "--heads",
+          std::to_string(o.heads) + " does not divide --d-model " + std::to_string(o.d_model));
     attn::set_num_threads(o.threads);
     std::printf(
         "sinusoidal position vectors, cosine similarity of p_i and p_j (blank -1, @ +1):\n%s",
@@ -271,9 +272,6 @@ int main(int argc, char** argv) {
     for (const Row& r : rows)
       std::printf("%-8s %-11s %8.2f%% %8.2f%% %15.1e\n", r.task.c_str(), r.positions.c_str(),
                   100 * r.acc.token, 100 * r.acc.sequence, r.gap);
-  } catch (const attn::error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

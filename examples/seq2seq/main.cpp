@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli.hpp"
 #include "../common/plot.hpp"
+#include "../common/run_files.hpp"
 #include "models.hpp"
 
 namespace {
@@ -229,9 +231,10 @@ int main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "optimizer steps per model")->check(CLI::Range(1, 10000000));
   app.add_option("--batch", o.batch, "dates per step")->check(CLI::Range(1, 4096));
   app.add_option("--lr", o.lr, "peak learning rate (AdamW, warmup + cosine)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(examples::number_in(0, 1));
   app.add_option("--warmup", o.warmup, "warmup steps")->check(CLI::Range(0, 10000000));
-  app.add_option("--seed", o.seed, "seed for the weights and the training dates");
+  app.add_option("--seed", o.seed, "seed for the weights and the training dates")
+      ->check(examples::unsigned_integer());
   app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
   app.add_option("--test-size", o.test_size, "held-out test dates")->check(CLI::Range(10, 1000000));
   app.add_option("--eval-every", o.eval_every, "print progress every N steps")
@@ -249,19 +252,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--d-model", o.transformer.d_model, "transformer: model width")
       ->check(CLI::Range(1, 4096));
-  CLI11_PARSE(app, argc, argv);
-  if (o.rnn.hidden % 2 != 0 || o.transformer.d_model % o.transformer.heads != 0) {
-    std::fprintf(stderr, "error: --hidden must be even and --heads must divide --d-model\n");
-    return 2;
-  }
-  if (o.eval_every > o.steps) o.eval_every = o.steps;
-  try {
+  return examples::run_main(app, argc, argv, [&] {
+    if (o.rnn.hidden % 2 != 0)
+      throw CLI::ValidationError("--hidden", std::to_string(o.rnn.hidden) + " is not even");
+    if (o.transformer.d_model % o.transformer.heads != 0)
+      throw CLI::ValidationError("--heads", std::to_string(o.transformer.heads) +
+                                                " does not divide --d-model " +
+                                                std::to_string(o.transformer.d_model));
+    if (o.eval_every > o.steps) o.eval_every = o.steps;
+    if (o.show > 0) examples::check_writable_directory(o.out, "--out");
     return run(o);
-  } catch (const attn::error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  } catch (const fs::filesystem_error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -22,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli.hpp"
 #include "../common/plot.hpp"
+#include "../common/run_files.hpp"
 
 namespace {
 
@@ -265,14 +267,12 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch, "sequences per forward pass")->check(CLI::Range(1, 4096));
   app.add_option("--contexts", o.contexts, "context lengths L (query at position L-1)")
       ->delimiter(',');
-  app.add_option("--seed", o.seed, "seed for the choice of sequences");
+  app.add_option("--seed", o.seed, "seed for the choice of sequences")
+      ->check(examples::unsigned_integer());
   app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
   app.add_option("--out", o.out, "output directory");
-  CLI11_PARSE(app, argc, argv);
-  try {
+  return examples::run_main(app, argc, argv, [&] {
+    examples::check_writable_directory(o.out, "--out");
     return run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "stolen_attention: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -17,7 +17,7 @@ train() {  # name attention heads; a model whose log says it finished is kept
   mkdir -p "$out/$1"
   echo "== $1: --attention $2 --heads $3"
   /usr/bin/time -f "$1: %e s wall, %U s user" \
-    "${CHAR_GPT:-$build/examples/char_gpt/char_gpt}" $common --attention "$2" --heads "$3" --out "$out/$1" $extra \
+    "${CHAR_GPT:-$build/examples/char_gpt/char_gpt}" $common --attention "$2" --heads "$3" --out "$out/$1" --overwrite $extra \
     > "$out/$1/train.log" 2>&1
   tail -n 4 "$out/$1/train.log"
 }

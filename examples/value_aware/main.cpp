@@ -23,7 +23,9 @@
 
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
+#include "../common/cli.hpp"
 #include "../common/plot.hpp"
+#include "../common/run_files.hpp"
 
 namespace {
 
@@ -281,14 +283,14 @@ int main(int argc, char** argv) {
   plot_cmd->add_option("csv", csvs, "CSVs written by eval")->required()->check(CLI::ExistingFile);
   plot_cmd->add_option("--out", svg, "SVG to write");
 
-  CLI11_PARSE(app, argc, argv);
-  try {
-    if (*plot_cmd) return plot_curves(csvs, svg);
+  return examples::run_main(app, argc, argv, [&] {
+    if (*plot_cmd) {
+      examples::check_output_file(svg, "--out", true);
+      return plot_curves(csvs, svg);
+    }
+    examples::check_output_file(e.out, "--out", true);
     const io::Safetensors file = examples::open_checkpoint(e.checkpoint);
     return examples::with_attention(io::metadata_string(file, "attention", e.checkpoint),
                                     [&]<class Attn>() { return evaluate<Attn>(e, file); });
-  } catch (const attn::error& ex) {
-    std::fprintf(stderr, "error: %s\n", ex.what());
-    return 1;
-  }
+  });
 }

@@ -1,4 +1,4 @@
-// approx/ per-query oracles (issue 7): the value-aware study's worked example, value_aware_1
+// approx/ per-query oracles: the value-aware study's worked example, value_aware_1
 // against brute force and the orthogonal special case, Carathéodory's support and exactness on
 // random and degenerate inputs up to L = 4096, value_aware_r never worse than top_r and
 // value_aware_1, top_r and sliding_window_r against their definitions and the reference

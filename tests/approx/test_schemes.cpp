@@ -1,4 +1,4 @@
-// approx/ practical schemes and the evaluation-time replacement (issue 7): LSH candidate sets
+// approx/ practical schemes and the evaluation-time replacement: LSH candidate sets
 // against a brute-force reading of their definition, LSH attention against the reference
 // attention restricted to those sets, random features against the reference, the probe inside
 // MultiHeadAttention and a GPT, and LinformerAttention (finite differences, decoding, causality,

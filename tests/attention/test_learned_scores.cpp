@@ -1,4 +1,4 @@
-// Learned score functions (issue 3): SynthesizerAttention, BilinearAttention, AdditiveAttention
+// Learned score functions: SynthesizerAttention, BilinearAttention, AdditiveAttention
 // and their ops masked_softmax and additive_scores. Each module against a plain-loop reference of
 // its formula, every gradient against finite differences, decoding with the cache against the full
 // forward pass, empty rows, configuration errors, and a tiny GPT built on each.

@@ -31,6 +31,8 @@ def main():
         "valid_bf16_unordered": framed(
             '{"b":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]},'
             '"a":{"dtype":"I32","shape":[],"data_offsets":[0,4]}}', bytes(range(8))),
+        # a checksum as save_safetensors writes it: zlib.crc32(b"\x00") = 0xd202ef8d
+        "valid_checksum": serialize({"a": ("U8", [1], [0])}, {"crc32:a": "d202ef8d"}),
         # invalid, each near one rule
         "bad_overlap": framed(
             '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
@@ -44,6 +46,7 @@ def main():
         "bad_metadata": framed('{"__metadata__":{"k":1}}'),
         "bad_length": struct.pack("<Q", 1 << 40) + b"{}",
         "bad_truncated": serialize(TENSORS, METADATA)[:300],
+        "bad_checksum": serialize({"a": ("U8", [1], [1])}, {"crc32:a": "d202ef8d"}),
     }
     for name, blob in seeds.items():
         (out / name).write_bytes(blob)

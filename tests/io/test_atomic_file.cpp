@@ -1,8 +1,11 @@
 // Tests of attn/io/atomic_file.hpp: atomic replacement, cleanup of temp files on failure, reads.
 // Does not simulate crashes or full disks (the failure paths are reached through real errors).
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <attn/io/atomic_file.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -113,3 +116,39 @@ TEST_CASE("read_file: files that report size 0 (/proc) are read to the end, with
         }).find("larger than the limit") != std::string::npos);
 }
 #endif
+
+TEST_CASE("remove_stale_temporaries: removes the temp files of dead processes only") {
+  TempDir dir;
+  const fs::path target = dir / "ckpt.safetensors";
+  attn::io::write_file_atomically(target, std::string_view("checkpoint"));
+  // A pid that is surely dead: a child that has exited and been waited for.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  const std::string dead = std::to_string(child), self = std::to_string(getpid());
+  const auto touch = [&](const std::string& name) {
+    attn::io::write_file_atomically(dir / name, std::string_view("partial"));
+  };
+  touch("ckpt.safetensors.tmp." + dead + ".0");   // stale: removed
+  touch("ckpt.safetensors.tmp." + dead + ".17");  // stale: removed
+  touch("ckpt.safetensors.tmp." + self + ".3");   // a live process (this one) may be saving
+  touch("ckpt.safetensors.tmp.1.0");              // pid 1 is alive
+  touch("ckpt.safetensors.tmp." + dead + ".x");   // not the pattern
+  touch("ckpt.safetensors.tmp." + dead);          // not the pattern
+  touch("other.tmp." + dead + ".0");              // another file's temp
+  const std::vector<fs::path> removed = attn::io::remove_stale_temporaries(target);
+  CHECK(removed.size() == 2);
+  std::vector<std::string> kept{"ckpt.safetensors",
+                                "ckpt.safetensors.tmp." + dead,
+                                "ckpt.safetensors.tmp." + dead + ".x",
+                                "ckpt.safetensors.tmp.1.0",
+                                "ckpt.safetensors.tmp." + self + ".3",
+                                "other.tmp." + dead + ".0"};
+  std::sort(kept.begin(), kept.end());
+  CHECK(dir.entries() == kept);
+  CHECK(attn::test::to_string(attn::io::read_file(target)) == "checkpoint");
+  // A directory that does not exist has nothing left behind in it.
+  CHECK(attn::io::remove_stale_temporaries(dir / "none" / "x").empty());
+}

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -226,8 +227,118 @@ TEST_CASE("safetensors: golden file (reference layout) loads, and our writer rep
   CHECK(attn::io::serialize_safetensors(mine) == golden);
 
   attn::test::TempDir dir;
-  attn::io::save_safetensors(dir / "copy.safetensors", mine);
+  attn::io::save_safetensors(dir / "copy.safetensors", mine, attn::io::Checksums::omit);
   CHECK(attn::io::read_file(dir / "copy.safetensors") == golden);
+}
+
+// ---- checksums -----------------------------------------------------------------------------
+
+namespace {
+// CRC-32 bit by bit, straight from its definition (reflected polynomial 0xEDB88320, initial value
+// and final XOR all ones): the oracle of the table-driven one.
+std::uint32_t crc32_bitwise(const std::vector<std::byte>& bytes) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (const std::byte b : bytes) {
+    c ^= std::to_integer<std::uint32_t>(b);
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+  }
+  return ~c;
+}
+}  // namespace
+
+TEST_CASE("safetensors: crc32 is zlib's CRC-32") {
+  using attn::io::detail::crc32;
+  CHECK(crc32(attn::test::to_bytes("123456789")) == 0xCBF43926u);  // the standard check value
+  CHECK(crc32({}) == 0u);
+  CHECK(crc32(attn::test::to_bytes("The quick brown fox jumps over the lazy dog")) ==
+        0x414FA339u);  // Python: zlib.crc32(b"The quick brown fox jumps over the lazy dog")
+  // Every length and alignment around the 8-byte steps, against the bit-by-bit definition.
+  std::vector<std::byte> all;
+  for (int i = 0; i < 67; ++i) all.push_back(static_cast<std::byte>((i * 151 + 7) % 256));
+  for (std::size_t begin = 0; begin < 9; ++begin)
+    for (std::size_t end = begin; end <= all.size(); ++end) {
+      const std::vector<std::byte> part(all.begin() + static_cast<long>(begin),
+                                        all.begin() + static_cast<long>(end));
+      REQUIRE(crc32(part) == crc32_bitwise(part));
+    }
+}
+
+TEST_CASE("safetensors: save_safetensors stores a checksum per tensor; a flipped bit is an error") {
+  attn::test::TempDir dir;
+  const fs::path p = dir / "model.safetensors";
+  Safetensors file;
+  file.metadata["step"] = "7";
+  file.put("w", sample<float>(Shape{3, 4}, 1));
+  file.put("b", sample<double>(Shape{5}, 2));
+  file.put("empty", Tensor<float>(Shape{0, 3}));
+  attn::io::save_safetensors(p, file);
+  const std::vector<std::byte> bytes = attn::io::read_file(p);
+  const std::string text = attn::test::to_string(bytes);
+  char expected[16];
+  std::snprintf(expected, sizeof expected, "%08x", crc32_bitwise(file.tensors.at("w").bytes));
+  CHECK(text.find(std::string("\"crc32:w\":\"") + expected + "\"") != std::string::npos);
+  CHECK(text.find("\"crc32:empty\":\"00000000\"") != std::string::npos);
+
+  // Loads with the checksums verified and out of the metadata: the file's own content comes back.
+  const Safetensors back = attn::io::load_safetensors(p);
+  CHECK(back.metadata == file.metadata);
+  CHECK(same_bits(back.get<float>("w"), file.get<float>("w")));
+  CHECK(attn::io::serialize_safetensors(back) == attn::io::serialize_safetensors(file));
+
+  // Every single flipped bit in any tensor's data is caught, and the message names the tensor.
+  const std::size_t header = 8 + static_cast<std::size_t>(std::to_integer<unsigned>(bytes[0]) |
+                                                          std::to_integer<unsigned>(bytes[1]) << 8);
+  const std::size_t b_end = header + 5 * 8;  // "b" (F64) comes first, then "w"
+  for (std::size_t at = header; at < bytes.size(); ++at)
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<std::byte> bad = bytes;
+      bad[at] ^= static_cast<std::byte>(1 << bit);
+      const std::string msg = message_of<attn::io_error>(
+          [&] { attn::io::parse_safetensors(bad, "model.safetensors"); });
+      REQUIRE(msg.rfind("model.safetensors: tensor \"" + std::string(at < b_end ? "b" : "w") +
+                            "\" is corrupt",
+                        0) == 0);
+    }
+  // On disk too, through load_safetensors.
+  std::vector<std::byte> bad = bytes;
+  bad.back() ^= std::byte{0x40};
+  attn::io::write_file_atomically(p, bad);
+  const std::string msg = message_of<attn::io_error>([&] { attn::io::load_safetensors(p); });
+  CHECK(msg.rfind(p.string() + ": tensor \"w\" is corrupt: its data has CRC-32 ", 0) == 0);
+}
+
+TEST_CASE("safetensors: files without checksums load; checksum entries must fit the file") {
+  Safetensors file;
+  file.put("w", sample<float>(Shape{2}, 1));
+  // Written without checksums (as by other writers, or by attn before them): a flipped bit in
+  // the data cannot be seen, and the file loads.
+  std::vector<std::byte> plain = attn::io::serialize_safetensors(file);
+  plain.back() ^= std::byte{1};
+  CHECK(attn::io::parse_safetensors(plain, "old.safetensors").tensors.size() == 1);
+  // The golden file (the Python writer's) has none either.
+  CHECK(attn::io::load_safetensors(golden_path).tensors.size() == 8);
+
+  // Checksums only for some tensors: those present are checked.
+  const std::string header_some =
+      R"({"__metadata__":{"crc32:a":"d202ef8d"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+      R"("b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
+  CHECK(attn::io::parse_safetensors(framed(header_some, 2), "some").metadata.empty());
+  // crc32(b"\x00") = 0xd202ef8d; a wrong or malformed value is corruption.
+  check_rejected(framed(R"({"__metadata__":{"crc32:a":"D202EF8D"},)"
+                        R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                        1),
+                 "tensor \"a\" is corrupt: its data has CRC-32 d202ef8d, the file records "
+                 "\"D202EF8D\"");
+  check_rejected(framed(R"({"__metadata__":{"crc32:zz":"00000000"}})"),
+                 "metadata \"crc32:zz\" is the checksum of tensor \"zz\", which the file does not "
+                 "hold");
+
+  // A caller cannot write a checksum entry of its own.
+  Safetensors reserved;
+  reserved.metadata["crc32:w"] = "00000000";
+  CHECK(message_of<attn::value_error>([&] {
+          attn::io::serialize_safetensors(reserved);
+        }).find("is reserved for the tensors' checksums") != std::string::npos);
 }
 
 TEST_CASE("safetensors: the reference implementation's own serialization examples") {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../test_util.hpp"
@@ -161,6 +162,31 @@ TEST_CASE("GPT checkpoint: save -> load gives identical logits; resume gives the
   CHECK(loaded_config.d_model == config.d_model);
   CHECK(loaded_config.dropout == config.dropout);
   CHECK(loaded_config.seed == config.seed);
+  // Unsigned metadata (seeds): digits only, an io_error naming the file and the key otherwise.
+  {
+    io::Safetensors meta;
+    for (const auto& [value, ok] :
+         std::vector<std::pair<std::string, bool>>{{"18446744073709551615", true},
+                                                   {"-1", false},
+                                                   {"abc", false},
+                                                   {"", false},
+                                                   {"1 ", false},
+                                                   {"18446744073709551616", false}}) {
+      meta.metadata["train.seed"] = value;
+      if (ok) {
+        CHECK(io::metadata_uint(meta, "train.seed", "m.safetensors") == 18446744073709551615ull);
+      } else {
+        std::string msg;
+        try {
+          io::metadata_uint(meta, "train.seed", "m.safetensors");
+        } catch (const attn::io_error& e) {
+          msg = e.what();
+        }
+        CHECK(msg ==
+              "m.safetensors: metadata 'train.seed' = '" + value + "' is not an unsigned integer");
+      }
+    }
+  }
   Model second(loaded_config);
   io::get_parameters(file, second, path.string());
   auto opt_2 = make_optimizer(second);

@@ -22,6 +22,7 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #define ATTN_IO_POSIX 1
 #elif defined(_WIN32)
@@ -143,6 +144,51 @@ inline void write_file_atomically(const std::filesystem::path& path,
 
 inline void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
   write_file_atomically(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+// Removes the temporary files that write_file_atomically left next to `path` when its process
+// died during a save (kill -9, a crash, a second Ctrl-C): files named
+// path.filename() + ".tmp.<pid>.<n>" in path's directory whose process <pid> no longer runs. A
+// temp file of a live process (another program saving to the same place right now) is kept, and
+// so is one whose pid has been reused since (the safe side). Returns the paths removed; removes
+// nothing where processes cannot be asked about (not POSIX). Throws io_error when a stale file
+// cannot be removed.
+inline std::vector<std::filesystem::path> remove_stale_temporaries(
+    const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> removed;
+#if defined(ATTN_IO_POSIX)
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const std::string prefix = path.filename().string() + ".tmp.";
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  if (ec) return removed;  // no directory: nothing left behind
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    // <pid>.<n>, both decimal, nothing else.
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    const std::size_t dot = rest.find('.');
+    const auto digits = [](std::string_view s) {
+      return !s.empty() && s.size() <= 18 && s.find_first_not_of("0123456789") == s.npos;
+    };
+    if (dot == rest.npos || !digits(rest.substr(0, dot)) || !digits(rest.substr(dot + 1))) continue;
+    const long long pid = std::stoll(std::string(rest.substr(0, dot)));
+    const bool alive = pid > 0 && pid <= std::numeric_limits<pid_t>::max() &&
+                       (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    if (alive) continue;
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+    if (rm)
+      throw io_error(attn::detail::message("remove_stale_temporaries: cannot remove '",
+                                           it->path().string(), "': ", rm.message()));
+    removed.push_back(it->path());
+  }
+#else
+  (void)path;
+#endif
+  return removed;
 }
 
 // The whole contents of `path`. Throws io_error naming the file when it cannot be opened or read,

