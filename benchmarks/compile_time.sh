@@ -90,6 +90,7 @@ for unit in "${units[@]}"; do
 done
 # What the compiled part costs, once per build of attn::compiled.
 total_w=0 total_c=0 peak=0
+shopt -s nullglob
 for src in src/*.cpp; do
   read -r w c m < <(measure "-O2 -DATTN_COMPILED" "$src")
   total_w=$(awk -v a="$total_w" -v b="$w" 'BEGIN { print a + b }')
