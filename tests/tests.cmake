@@ -7,7 +7,7 @@ attn_add_test(autodiff_training autodiff/test_training.cpp)
 attn_add_test(attention attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp attention/test_paths_feature_map.cpp
               attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp)
 attn_add_test(attention_torch_parity attention/test_torch_parity.cpp)
-attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp)
+attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp dist/test_shard.cpp)
 # Programs that must not compile, each with the concept or static_assert it must trip.
 attn_add_compile_fail_test(compile_fail_score_missing_alpha compile_fail/score_missing_alpha.cpp REGEX "ScorePolicy")
 attn_add_compile_fail_test(compile_fail_mask_missing_tile compile_fail/mask_missing_tile.cpp REGEX "MaskPolicy")
