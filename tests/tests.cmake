@@ -38,3 +38,35 @@ attn_add_test(analysis analysis/test_certified.cpp)
 if(TARGET attn::hull)
   attn_add_test(analysis_hull analysis/test_hull.cpp LIBS attn::hull)
 endif()
+# Data-parallel training over MPI (attn::dist; CMake ATTN_MPI and an mpirun): test_dist as 1, 2
+# and 3 ranks, and the failure tests (a stopped rank, a killed rank). Ranks talk over loopback
+# only: Open MPI's ob1 messaging with the self, shared-memory (vader) and TCP transports, TCP and
+# mpirun's own channel limited to `lo`. OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM) lets mpirun run as root
+# (CI containers); elsewhere it changes nothing.
+if(TARGET attn::dist AND MPIEXEC_EXECUTABLE)
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _attn_mpirun_version
+                  ERROR_QUIET)
+  if(_attn_mpirun_version MATCHES "Open MPI|OpenRTE")
+    set(ATTN_MPIRUN_LOOPBACK ${MPIEXEC_EXECUTABLE} --oversubscribe --bind-to none --mca pml ob1
+        --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo
+        CACHE INTERNAL "mpirun on loopback for the attn::dist tests")
+    set(ATTN_MPIRUN_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+        CACHE INTERNAL "environment of the attn::dist tests")
+    add_executable(test_dist dist/test_dist.cpp)
+    target_link_libraries(test_dist PRIVATE attn::dist attn_warnings doctest::doctest)
+    foreach(_n 1 2 3)
+      add_test(NAME dist_${_n}_ranks COMMAND ${ATTN_MPIRUN_LOOPBACK} -np ${_n} $<TARGET_FILE:test_dist>)
+      set_tests_properties(dist_${_n}_ranks PROPERTIES TIMEOUT 180 LABELS dist
+                           ENVIRONMENT "${ATTN_MPIRUN_ENV}")
+    endforeach()
+    # failure.sh <stop|kill> <seconds>: the job must end, non-zero, within that many seconds.
+    foreach(_how stop kill)
+      add_test(NAME dist_rank_${_how} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/failure.sh
+               ${_how} 20 ${ATTN_MPIRUN_LOOPBACK} -np 2 $<TARGET_FILE:test_dist> --fail ${_how} 3)
+      set_tests_properties(dist_rank_${_how} PROPERTIES TIMEOUT 60 LABELS dist
+                           ENVIRONMENT "${ATTN_MPIRUN_ENV}")
+    endforeach()
+  else()
+    message(STATUS "attn: the attn::dist tests need Open MPI's mpirun, not ${MPIEXEC_EXECUTABLE}")
+  endif()
+endif()

@@ -158,19 +158,22 @@ class DataParallel {
   }
 
  private:
-  // The gradient buffers for `local` shards a step of these parameters (kept between steps).
+  // The gradient buffers for `local` shards a step of these parameters, kept between steps. The
+  // choice to rebuild them depends only on the shard count and the gradient sizes, never on
+  // addresses, so that every rank makes it alike: building a reducer is a collective.
   void prepare(const std::vector<attn::optim::NamedParameter<float>>& params, attn::index_t local) {
-    const auto same = [&](const attn::dist::ShardGradients<float>& g) {
-      return g.local() == local && g.parameters().size() == params.size() &&
-             g.parameters().front().param == params.front().param;
+    const auto reuse = [&](auto& g) {
+      if (g && g->local() == local && g->fits(params)) return g->rebind(params), true;
+      return false;
     };
 #ifdef ATTN_WITH_MPI
     if (ranks() > 1) {
-      if (!reducer_ || !same(reducer_->shards())) reducer_.emplace(*world_, params, local);
+      attn::dist::ShardGradients<float>* g = reducer_ ? &reducer_->shards() : nullptr;
+      if (!reuse(g)) reducer_.emplace(*world_, params, local);
       return;
     }
 #endif
-    if (!local_ || !same(*local_)) local_.emplace(params, local);
+    if (!reuse(local_)) local_.emplace(params, local);
   }
   void capture(attn::index_t j, double loss) {
 #ifdef ATTN_WITH_MPI

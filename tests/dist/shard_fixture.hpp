@@ -8,6 +8,7 @@
 #include <attn/core/rng.hpp>
 #include <attn/optim/param_group.hpp>
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace attn::test {
@@ -18,6 +19,12 @@ struct ShardFixture {
   ShardFixture() {
     for (const Shape& s : {Shape{7}, Shape{3, 9}, Shape{3}})
       params.emplace_back(Tensor<float>::zeros(s));
+  }
+
+  // A module's visitor: f("p<i>", parameter i).
+  template <class F>
+  void for_each_parameter(F&& f) {
+    for (std::size_t i = 0; i < params.size(); ++i) f("p" + std::to_string(i), params[i]);
   }
 
   std::vector<optim::NamedParameter<float>> named() {

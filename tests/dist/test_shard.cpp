@@ -37,8 +37,8 @@ TEST_CASE("dist::shard_rows: contiguous, in order, covering the batch, sizes wit
     }
   }
   CHECK(dist::shard_rows(10, 4, 3) == dist::RowRange{7, 10});  // ⌊3·10/4⌋ = 7
-  CHECK(message_of<attn::value_error>([] { (void)dist::shard_rows(4, 2, 2); })
-            .find("shard_rows") != std::string::npos);
+  CHECK(message_of<attn::value_error>([] { (void)dist::shard_rows(4, 2, 2); }).find("shard_rows") !=
+        std::string::npos);
 }
 
 TEST_CASE("dist::ShardPlan: ranks run equal contiguous runs of shards; uneven splits refused") {

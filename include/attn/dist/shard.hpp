@@ -136,6 +136,21 @@ class ShardGradients {
     losses_.assign(static_cast<std::size_t>(local_), 0.0);
   }
 
+  // The same layout (count and sizes of the gradients) for other Parameter objects, e.g. a new
+  // model of the same configuration; throws shape_error when the sizes differ.
+  void rebind(std::vector<optim::NamedParameter<T>> params) {
+    ATTN_CHECK(fits(params), shape_error, "dist::ShardGradients::rebind: ", params.size(),
+               " parameters do not have the sizes of the ", params_.size(), " it was set up for");
+    params_ = std::move(params);
+  }
+  // Whether `params` has the count and sizes of these gradients.
+  bool fits(const std::vector<optim::NamedParameter<T>>& params) const {
+    if (params.size() != params_.size()) return false;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i].param == nullptr || params[i].param->grad.numel() != sizes_[i]) return false;
+    return true;
+  }
+
   index_t size() const { return size_; }  // P, the elements of all gradients together
   index_t local() const { return local_; }
   index_t blocks() const { return blocks_; }
