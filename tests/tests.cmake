@@ -66,6 +66,15 @@ if(TARGET attn::dist AND MPIEXEC_EXECUTABLE)
       set_tests_properties(dist_rank_${_how} PROPERTIES TIMEOUT 60 LABELS dist
                            ENVIRONMENT "${ATTN_MPIRUN_ENV}")
     endforeach()
+    # char_gpt end to end (tests/dist/char_gpt.sh): 2 ranks = one process with 2 shards, resume
+    # from a 2-rank checkpoint in one process, a killed and a stopped rank.
+    if(ATTN_BUILD_EXAMPLES)
+      add_test(NAME dist_char_gpt COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/char_gpt.sh
+               $<TARGET_FILE:char_gpt> ${PROJECT_SOURCE_DIR}/data/tinyshakespeare.txt
+               ${CMAKE_CURRENT_BINARY_DIR}/dist_char_gpt ${ATTN_MPIRUN_LOOPBACK})
+      set_tests_properties(dist_char_gpt PROPERTIES TIMEOUT 180 LABELS dist
+                           ENVIRONMENT "${ATTN_MPIRUN_ENV}")
+    endif()
   else()
     message(STATUS "attn: the attn::dist tests need Open MPI's mpirun, not ${MPIEXEC_EXECUTABLE}")
   endif()

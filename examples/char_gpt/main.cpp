@@ -1,7 +1,8 @@
 // examples/char_gpt: trains a character-level GPT (attn::nn::GPT) on a text file with AdamW and a
 // warmup + cosine schedule, logs and plots the losses, saves a resumable safetensors checkpoint,
-// and samples from it; `char_gpt sample` samples from a saved checkpoint.
-// Does not tokenize beyond characters nor train on more than one machine.
+// and samples from it; `char_gpt sample` samples from a saved checkpoint. Under `mpirun -np N` it
+// trains data-parallel (examples/common/distributed.hpp); rank 0 prints and writes the files.
+// Does not tokenize beyond characters nor split a model over machines.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
 #include <attn/io/checkpoint.hpp>
@@ -14,11 +15,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
+#include "../common/distributed.hpp"
 #include "../common/plot.hpp"
 #include "../common/training.hpp"
 
@@ -47,6 +50,7 @@ struct TrainOptions {
   std::string attention = "standard";
   std::string positions = "learned";
   index_t layers = 4, heads = 4, embd = 128, block = 64, batch = 32;
+  index_t shards = 0;  // data-parallel shards of every batch (0: one per rank)
   std::int64_t steps = 600, warmup = 50;
   std::int64_t stop_at = 0;  // > 0: end this session after that many steps (resume later)
   double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
@@ -89,6 +93,7 @@ void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_do
   m["train.steps"] = std::to_string(o.steps);
   m["train.warmup"] = std::to_string(o.warmup);
   m["train.batch"] = std::to_string(o.batch);
+  m["train.shards"] = std::to_string(o.shards);
   m["train.seed"] = std::to_string(o.seed);
   m["train.eval_every"] = std::to_string(o.eval_every);
   m["train.eval_batches"] = std::to_string(o.eval_batches);
@@ -117,9 +122,11 @@ void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string
   o.grad_clip = real("train.grad_clip");
   o.train_fraction = real("train.train_fraction");
   o.data_fraction = real("train.data_fraction");
+  o.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
   ATTN_CHECK(o.steps > 0 && o.batch > 0 && o.eval_every > 0 && o.eval_batches > 0 &&
                  o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.train_fraction > 0 &&
-                 o.train_fraction <= 1 && o.data_fraction > 0 && o.data_fraction <= 1,
+                 o.train_fraction <= 1 && o.data_fraction > 0 && o.data_fraction <= 1 &&
+                 o.shards >= 1 && o.shards <= o.batch,
              attn::io_error, source, ": the saved training settings are out of range");
 }
 
@@ -141,7 +148,7 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
 // ---- training --------------------------------------------------------------------------------
 
 template <class Attn>
-int train(const TrainOptions& options) {
+int train(const TrainOptions& options, examples::DataParallel& dp) {
   using Model = nn::GPT<Attn>;
   TrainOptions o = options;
   examples::ProgressLine progress;
@@ -152,7 +159,11 @@ int train(const TrainOptions& options) {
   if (resuming) {
     resumed = open_checkpoint(o.resume);
     restore_run(resumed, o, o.resume);
+    if (options.shards > 0) o.shards = options.shards;  // another split from here on
   }
+  o.shards = dp.shards(o.shards);
+  ATTN_CHECK(o.shards <= o.batch, attn::value_error, "char_gpt: ", o.shards,
+             " shards of a batch of ", o.batch, " sequences: every shard needs one");
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
   const std::string& source = resuming ? o.resume : o.init_from;
   const bool from_checkpoint = resuming || !o.init_from.empty();
@@ -198,29 +209,37 @@ int train(const TrainOptions& options) {
   optim::AdamW<float> opt(params, ac);
   std::int64_t start = 0;
   if (from_checkpoint) io::get_parameters(resumed, model, source);
+  dp.broadcast_parameters(model);
   if (resuming) {
     io::get_optimizer_state(resumed, opt, source);
     start = io::metadata_int(resumed, "train.step", source);
   }
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
 
-  fs::create_directories(o.out);
+  if (dp.leader()) fs::create_directories(o.out);
   const fs::path out(o.out);
-  io::CsvLog log(out / "log.csv",
-                 {"step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"},
-                 resuming);
+  std::optional<io::CsvLog> log;
+  if (dp.leader())
+    log.emplace(out / "log.csv",
+                std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "grad_norm",
+                                         "tokens_per_s", "elapsed_s"},
+                resuming);
   const index_t n_params = nn::parameter_count(model);
   index_t n_attn = 0;
   model.for_each_parameter([&](const std::string& name, attn::Parameter<float>& p) {
     if (name.find(".attn.") != std::string::npos) n_attn += p.value.numel();
   });
-  std::printf(
-      "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
-      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n",
-      o.attention.c_str(), (long long)config.layers, (long long)config.heads,
-      (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
-      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads);
-  if (start > 0)
+  if (dp.leader())
+    std::printf(
+        "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
+        "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n",
+        o.attention.c_str(), (long long)config.layers, (long long)config.heads,
+        (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
+        (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads);
+  if (dp.leader() && dp.ranks() > 1)
+    std::printf("          data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
+                (long long)o.shards);
+  if (dp.leader() && start > 0)
     std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
   std::fflush(stdout);
 
@@ -250,8 +269,8 @@ int train(const TrainOptions& options) {
   for (std::int64_t step = start; step < end; ++step) {
     attn::Rng rng(step_seed(o.seed, 1, step));
     batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
-    const examples::StepResult r = examples::train_step(model, tape, opt, params, x, y, -100,
-                                                        schedule(step), o.grad_clip, rng.split());
+    const examples::StepResult r = dp.step(model, tape, opt, params, x, y, -100, schedule(step),
+                                           o.grad_clip, rng.split(), 0, o.shards);
     const double loss = r.loss;
     grad_norm = r.grad_norm;
     window_loss += loss;
@@ -266,15 +285,19 @@ int train(const TrainOptions& options) {
       val = evaluate(step);
       const double train_loss = window_loss / double(window);
       const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
-      log.row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps, elapsed});
+      if (log)
+        log->row(
+            {double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps, elapsed});
       curve_step.push_back(double(step + 1));
       curve_train.push_back(train_loss);
       curve_val.push_back(val);
       window_loss = 0, window = 0;
-      save_checkpoint(out / "checkpoint.safetensors", model, &opt, tok, o, step + 1);
+      dp.check_replicas(model);
+      if (dp.leader())
+        save_checkpoint(out / "checkpoint.safetensors", model, &opt, tok, o, step + 1);
       t_window = std::chrono::steady_clock::now();
     }
-    if (progress.tty() || eval) {
+    if (dp.leader() && (progress.tty() || eval)) {
       char text[160];
       std::snprintf(text, sizeof text, "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s",
                     (long long)(step + 1), (long long)o.steps, loss, val, tokens_per_s);
@@ -282,6 +305,7 @@ int train(const TrainOptions& options) {
     }
   }
   progress.finish();
+  if (!dp.leader()) return 0;
 
   std::printf("training: %.1f s, %.0f tokens/s, final val loss %.4f\n", seconds_since(t0),
               tokens_per_s, val);
@@ -336,6 +360,7 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::DataParallel dp(argc, argv);  // the MPI job, when run under mpirun
   CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
   TrainOptions t;
   std::string choices;
@@ -354,6 +379,10 @@ int main(int argc, char** argv) {
   app.add_option("--embd", t.embd, "model width")->check(CLI::Range(1, 8192));
   app.add_option("--block", t.block, "context length")->check(CLI::Range(1, 8192));
   app.add_option("--batch", t.batch, "sequences per step")->check(CLI::Range(1, 4096));
+  app.add_option("--shards", t.shards,
+                 "data-parallel shards of every batch, summed in a fixed order (default: one per "
+                 "MPI rank); any rank count that divides it gives the same run")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--steps", t.steps, "optimizer steps in total")->check(CLI::Range(1, 100000000));
   app.add_option("--stop-at", t.stop_at,
                  "end this session after this many steps; --resume continues the same run")
@@ -407,13 +436,14 @@ int main(int argc, char** argv) {
   sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
 
   CLI11_PARSE(app, argc, argv);
-  return examples::exit_status_of([&] {
+  return dp.finish(examples::exit_status_of([&] {
     if (*sample_cmd) {
+      if (!dp.leader()) return 0;
       const io::Safetensors file = open_checkpoint(s.checkpoint);
       return with_attention(io::metadata_string(file, "attention", s.checkpoint),
                             [&]<class Attn>() { return sample<Attn>(s, file); });
     }
     if (t.eval_every > t.steps) t.eval_every = t.steps;
-    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t); });
-  });
+    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t, dp); });
+  }));
 }

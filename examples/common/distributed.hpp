@@ -75,8 +75,9 @@ class DataParallel {
   attn::index_t shards(attn::index_t requested) const {
     const attn::index_t s = requested > 0 ? requested : ranks();
     ATTN_CHECK(s % ranks() == 0, attn::value_error, "the run has ", s, " shards per step and ",
-               ranks(),
-               " ranks cannot split them evenly: run it with a number of ranks that divides ", s);
+               ranks(), " ranks cannot split them evenly: run it with a number of ranks that ",
+               "divides ", s, ", or give --shards a multiple of ", ranks(),
+               " (a new split: no longer the same bits as before)");
     return s;
   }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# tests/dist/char_gpt.sh CHAR_GPT DATA WORK MPIRUN...: char_gpt data-parallel under MPIRUN (an
+# mpirun on loopback, from tests/tests.cmake), end to end:
+#   1. 2 ranks × 1 thread write bit for bit the checkpoint (and logged losses) of one process running
+#      the same 2 shards per step, 20 steps; a 1-shard run differs (so the comparison can fail);
+#   2. a 2-rank run stopped at step 10 and resumed in one process ends bit for bit as (1);
+#   3. a rank killed (SIGKILL) mid-run ends the job within 20 s; the last checkpoint loads;
+#   4. a rank stopped (SIGSTOP) makes rank 0 give up after ATTN_DIST_TIMEOUT = 3 s, naming the
+#      timeout; the job ends within 20 s; the last checkpoint loads and resumes.
+# Does not start anything but char_gpt (directly and through MPIRUN), all inside WORK.
+set -euo pipefail
+char_gpt=$1 data=$2 work=$3
+shift 3
+mpirun=("$@")
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+
+fail() {
+  echo "char_gpt.sh: FAILED: $*"
+  exit 1
+}
+small=(--data "$data" --layers 1 --heads 2 --embd 32 --block 16 --batch 8 --warmup 2
+  --eval-batches 2 --threads 1 --sample-tokens 0 --dropout 0.1)
+losses() { cut -d, -f1-5 "$1"; } # step, train and validation loss, lr, gradient norm
+
+echo "== 1. 2 ranks vs one process with 2 shards"
+"$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --shards 2 --out one >one.txt 2>&1
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --out two >two.txt 2>&1
+cmp one/checkpoint.safetensors two/checkpoint.safetensors || fail "the 2-rank checkpoint differs"
+[[ "$(losses one/log.csv)" == "$(losses two/log.csv)" ]] || fail "the logged losses differ"
+(($(grep -c "^char_gpt:" two.txt) == 1)) || fail "the header was printed by more than rank 0"
+grep -q "data parallel: 2 ranks, 2 shards per step" two.txt || fail "no data-parallel line"
+"$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --shards 1 --out single >/dev/null 2>&1
+! cmp -s single/checkpoint.safetensors two/checkpoint.safetensors ||
+  fail "1 shard gave the bits of 2 shards: the comparison above proves nothing"
+
+echo "== 2. 2 ranks stopped at step 10, resumed in one process"
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --stop-at 10 \
+  --out resumed >/dev/null 2>&1
+"$char_gpt" --data "$data" --resume resumed/checkpoint.safetensors --out resumed --threads 1 \
+  --sample-tokens 0 >/dev/null 2>&1
+cmp resumed/checkpoint.safetensors two/checkpoint.safetensors || fail "the resumed run differs"
+[[ "$(losses resumed/log.csv)" == "$(losses two/log.csv)" ]] || fail "the resumed losses differ"
+
+# The pid of rank $2 of the mpirun whose pid is $1 (its children carry OMPI_COMM_WORLD_RANK).
+rank_pid() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$child"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Starts a long 2-rank run in $1/, waits for its first checkpoint, sends signal $2 to rank 1, and
+# checks that the job ends within 20 s with a non-zero status; its output goes to $1.txt.
+fail_rank() {
+  local out=$1 signal=$2 job pid status start elapsed
+  "${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 100000000 --eval-every 50 \
+    --out "$out" >"$out.txt" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    [[ -f $out/checkpoint.safetensors ]] && break
+    sleep 0.1
+  done
+  [[ -f $out/checkpoint.safetensors ]] || fail "$out: no checkpoint after 60 s"
+  pid=$(rank_pid "$job" 1) || fail "$out: rank 1 not found among mpirun's children"
+  start=$(date +%s)
+  kill -s "$signal" "$pid"
+  for _ in $(seq 200); do
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$job" 2>/dev/null; then
+    kill -s KILL "$pid" "$job" 2>/dev/null || true
+    fail "$out: the job still runs 20 s after rank 1 got SIG$signal"
+  fi
+  status=0
+  wait "$job" || status=$?
+  elapsed=$(($(date +%s) - start))
+  echo "$out: the job ended with status $status, ${elapsed} s after rank 1 got SIG$signal"
+  ((status != 0)) || fail "$out: the job ended with status 0"
+  "$char_gpt" sample "$out/checkpoint.safetensors" --tokens 5 >/dev/null 2>&1 ||
+    fail "$out: the last checkpoint does not load"
+}
+
+echo "== 3. a killed rank"
+fail_rank killed KILL
+
+echo "== 4. a stopped rank (ATTN_DIST_TIMEOUT=3)"
+ATTN_DIST_TIMEOUT=3 fail_rank stopped STOP
+grep -q "rank 0 of 2 waited [0-9.e+]* s in MPI_I" stopped.txt ||
+  fail "rank 0 did not report the timeout: $(tail -5 stopped.txt)"
+# The checkpoint of the failed job resumes (in one process, for two more steps).
+saved_step() { grep -ao '"train\.step":"[0-9]*"' "$1" | head -1 | tr -dc 0-9; }
+step=$(saved_step stopped/checkpoint.safetensors)
+[[ -n $step ]] || fail "stopped/checkpoint.safetensors has no train.step"
+"$char_gpt" --data "$data" --resume stopped/checkpoint.safetensors --out stopped --threads 1 \
+  --sample-tokens 0 --stop-at $((step + 2)) >resume.txt 2>&1 || fail "resume: $(tail -3 resume.txt)"
+(($(saved_step stopped/checkpoint.safetensors) == step + 2)) || fail "resume did not save step $((step + 2))"
+echo "char_gpt.sh: passed"
