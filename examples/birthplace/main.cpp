@@ -1,7 +1,8 @@
 // examples/birthplace: the XCS224N birth-place experiment with attn: pretrain a GPT on Wikipedia
 // text with span corruption, finetune it on "Where was X born?" pairs, evaluate exact-match
 // accuracy with greedy decoding, and the always-"London" baseline; vanilla, synthesizer or
-// negative-squared-Euclidean attention. Does not use a GPU nor tune anything by itself.
+// negative-squared-Euclidean attention; pretrain and finetune train data-parallel under `mpirun -np
+// N` (examples/common/distributed.hpp). Does not use a GPU nor tune anything by itself.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
 #include <attn/io/checkpoint.hpp>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/distributed.hpp"
 #include "../common/plot.hpp"
 #include "../common/training.hpp"
 
@@ -79,7 +81,7 @@ struct Options {
   // The run; 0 means the stage's default (the problem set's hyper-parameters).
   double epochs = 0, budget_minutes = 0, lr = 0;
   std::string schedule = "mingpt";
-  index_t batch = 0, micro_batch = 0;
+  index_t batch = 0, micro_batch = 0, shards = 0;
   std::int64_t warmup_tokens = 512 * 20;
   double grad_clip = 1.0, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
   std::uint64_t seed = 1;
@@ -92,7 +94,7 @@ struct Options {
 struct Run {
   Stage stage = Stage::pretrain;
   double epochs = 0, lr = 0, grad_clip = 0, weight_decay = 0, beta1 = 0, beta2 = 0;
-  index_t batch = 0, micro_batch = 0, examples = 0, block = 0;
+  index_t batch = 0, micro_batch = 0, shards = 1, examples = 0, block = 0;
   std::int64_t warmup_tokens = 0, final_tokens = 0, save_every = 0;
   std::uint64_t seed = 0;
 
@@ -131,6 +133,7 @@ void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent
   m["train.beta2"] = exact(r.beta2);
   m["train.batch"] = std::to_string(r.batch);
   m["train.micro_batch"] = std::to_string(r.micro_batch);
+  m["train.shards"] = std::to_string(r.shards);
   m["train.examples"] = std::to_string(r.examples);
   m["train.warmup_tokens"] = std::to_string(r.warmup_tokens);
   m["train.final_tokens"] = std::to_string(r.final_tokens);
@@ -154,6 +157,7 @@ Run get_run(const io::Safetensors& file, const std::string& source, index_t bloc
   r.beta2 = real("train.beta2");
   r.batch = integer("train.batch");
   r.micro_batch = integer("train.micro_batch");
+  r.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
   r.examples = integer("train.examples");
   r.warmup_tokens = integer("train.warmup_tokens");
   r.final_tokens = integer("train.final_tokens");
@@ -162,7 +166,7 @@ Run get_run(const io::Safetensors& file, const std::string& source, index_t bloc
   r.block = block;
   ATTN_CHECK(r.epochs > 0 && r.lr >= 0 && r.batch > 0 && r.micro_batch >= 0 && r.examples > 0 &&
                  r.save_every > 0 && r.warmup_tokens >= 0 && r.final_tokens >= r.warmup_tokens &&
-                 r.grad_clip >= 0,
+                 r.grad_clip >= 0 && r.shards >= 1 && r.shards <= r.batch,
              attn::io_error, source, ": the saved training settings are out of range");
   return r;
 }
@@ -210,7 +214,8 @@ struct StageData {
 
 // `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
 template <class Attn>
-int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
+int train(const Options& o, Stage stage, const io::Safetensors& source_file,
+          examples::DataParallel& dp) {
   using Model = nn::GPT<Attn>;
   attn::set_num_threads(o.threads);
   const auto t_start = std::chrono::steady_clock::now();
@@ -243,6 +248,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
 
   Model model(config);
   if (!source.empty()) io::get_parameters(source_file, model, source);
+  dp.broadcast_parameters(model);
   auto params = optim::parameters_of<float>(model);
 
   // The run's settings: saved ones when resuming; otherwise the options over the stage defaults.
@@ -257,6 +263,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     ATTN_CHECK(run.examples == examples_of.size(), attn::value_error, "birthplace: ", source,
                " was trained on ", run.examples, " examples, the data now has ",
                examples_of.size());
+    if (o.shards > 0) run.shards = o.shards;  // another split from here on
+    run.shards = dp.shards(run.shards, run.batch);
     start = io::metadata_int(source_file, "train.step", source);
     before.wall = io::metadata_double(source_file, "train.elapsed_s", source);
     before.cpu = io::metadata_double(source_file, "train.cpu_s", source);
@@ -267,6 +275,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     run.epochs = o.epochs > 0 ? o.epochs : default_epochs;
     run.batch = o.batch > 0 ? o.batch : stage == Stage::pretrain ? 128 : 256;
     run.micro_batch = o.micro_batch;
+    run.shards = dp.shards(o.shards, run.batch);
     run.lr = o.lr > 0 ? o.lr : stage == Stage::pretrain ? 6e-3 : 6e-4;
     run.grad_clip = o.grad_clip;
     run.weight_decay = o.weight_decay;
@@ -291,15 +300,17 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
       for (int i = 0; i < 3; ++i) {
         const auto t = std::chrono::steady_clock::now();
         examples_of.batch(std::uint64_t(i), rows, x, y);
-        examples::train_step(probe, tape, probe_opt, probe_params, x, y, data::pad_id, 0.0, 1.0,
-                             std::uint64_t(i), run.micro_batch);
+        dp.step(probe, tape, probe_opt, probe_params, x, y, data::pad_id, 0.0, 1.0,
+                std::uint64_t(i), run.micro_batch, run.shards);
         if (i > 0) best = std::min(best, seconds_since(t));
       }
       const double steps = o.budget_minutes * 60 / best;
       run.epochs = std::floor(steps / double(run.steps_per_epoch()) * 100) / 100;  // 2 decimals
       run.epochs = std::max(run.epochs, 1.0 / double(run.steps_per_epoch()));      // >= 1 step
-      std::printf("budget %.1f min: %.2f s per step of %lld sequences -> %.2f epochs\n",
-                  o.budget_minutes, best, (long long)run.batch, run.epochs);
+      dp.broadcast(run.epochs);  // rank 0's timing decides, so that every rank runs the same run
+      if (dp.leader())
+        std::printf("budget %.1f min: %.2f s per step of %lld sequences -> %.2f epochs\n",
+                    o.budget_minutes, best, (long long)run.batch, run.epochs);
     }
     // minGPT's cosine ends at final_tokens = 200 · len(pretraining data) · block for the default
     // epochs; it scales with --epochs so that a shorter run keeps the schedule's shape.
@@ -324,24 +335,32 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
   if (resuming) io::get_optimizer_state(source_file, opt, source);
 
   const fs::path out = !o.writing_params.empty() ? fs::path(o.writing_params) : fs::path(o.resume);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  if (dp.leader() && out.has_parent_path()) fs::create_directories(out.parent_path());
   const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
-  io::CsvLog log(log_path,
-                 {"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"},
-                 resuming);
+  std::optional<io::CsvLog> log;
+  if (dp.leader())
+    log.emplace(log_path,
+                std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm", "tokens_per_s",
+                                         "elapsed_s", "cpu_s"},
+                resuming);
 
-  std::printf(
-      "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
-      "vocab %d, %lld parameters\n"
-      "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
-      "minGPT cosine over %lld tokens (warmup %lld); %d threads\n",
-      stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
-      (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
-      tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
-      (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
-      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads);
-  if (!o.reading_params.empty()) std::printf("  weights from %s\n", o.reading_params.c_str());
-  if (start > 0)
+  if (dp.leader())
+    std::printf(
+        "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
+        "vocab %d, %lld parameters\n"
+        "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
+        "minGPT cosine over %lld tokens (warmup %lld); %d threads\n",
+        stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
+        (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
+        tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
+        (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
+        (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads);
+  if (dp.leader() && dp.ranks() > 1)
+    std::printf("  data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
+                (long long)run.shards);
+  if (dp.leader() && !o.reading_params.empty())
+    std::printf("  weights from %s\n", o.reading_params.c_str());
+  if (dp.leader() && start > 0)
     std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);
   std::fflush(stdout);
 
@@ -372,8 +391,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     examples_of.batch(step_seed(run.seed, 1, step), rows, x, y);
     const double lr = schedule(run.tokens_before(step));
     const examples::StepResult r =
-        examples::train_step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
-                             step_seed(run.seed, 2, step), run.micro_batch);
+        dp.step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
+                step_seed(run.seed, 2, step), run.micro_batch, run.shards);
     loss = r.loss;
     epoch_loss += r.loss;
     ++epoch_steps;
@@ -382,22 +401,28 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file) {
     const double done = double(step + 1 - start), left = double(end - step - 1);
     const double tokens_per_s = done * double(run.batch * block) / elapsed;
     const Spent now = spent();
-    log.row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
-             tokens_per_s, now.wall, now.cpu});
+    if (log)
+      log->row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
+                tokens_per_s, now.wall, now.cpu});
     curve_step.push_back(double(step + 1) / double(spe));
     curve_loss.push_back(r.loss);
     const bool last = step + 1 == end, epoch_end = (step + 1) % spe == 0;
-    if ((step + 1) % run.save_every == 0 || last)
-      save_checkpoint(out, model, opt, tok, variant, run, step + 1, now);
+    if ((step + 1) % run.save_every == 0 || last) {
+      dp.check_replicas(model);
+      if (dp.leader()) save_checkpoint(out, model, opt, tok, variant, run, step + 1, now);
+    }
     char text[200];
     std::snprintf(text, sizeof text,
                   "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
                   double(step + 1) / double(spe), run.epochs, (long long)(step + 1),
                   (long long)total, r.loss, epoch_loss / double(epoch_steps), lr, tokens_per_s);
-    progress.show(double(step + 1) / double(total), text, left * elapsed / done, epoch_end || last);
+    if (dp.leader())
+      progress.show(double(step + 1) / double(total), text, left * elapsed / done,
+                    epoch_end || last);
     if (epoch_end) epoch_loss = 0, epoch_steps = 0;
   }
   progress.finish();
+  if (!dp.leader()) return 0;
 
   const Spent all = spent();
   std::printf(
@@ -496,6 +521,10 @@ void add_run_options(CLI::App* cmd, Options& o) {
                   "run each step's sequences this many at a time (gradient accumulation: the same "
                   "step in less memory; 0 = all at once)")
       ->check(CLI::Range(0, 65536));
+  cmd->add_option("--shards", o.shards,
+                  "data-parallel shards of every batch, summed in a fixed order (default: one per "
+                  "MPI rank); any rank count that divides it gives the same run")
+      ->check(CLI::Range(0, 65536));
   cmd->add_option("--lr", o.lr, "peak learning rate (default: pretrain 6e-3, finetune 6e-4)")
       ->check(CLI::Range(1e-9, 10.0));
   cmd->add_option("--schedule", o.schedule,
@@ -522,6 +551,7 @@ void add_run_options(CLI::App* cmd, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::DataParallel dp(argc, argv);  // the MPI job, when run under mpirun
   CLI::App app{
       "birthplace: pretrain a GPT with span corruption, finetune it to answer \"Where was X "
       "born?\", evaluate it (XCS224N ps5 with attn)"};
@@ -566,7 +596,7 @@ int main(int argc, char** argv) {
   }
 
   CLI11_PARSE(app, argc, argv);
-  return examples::exit_status_of([&] {
+  return dp.finish(examples::exit_status_of([&] {
     for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
       if (*cmd) o.variant_given = cmd->count("--variant") > 0;
     if (*pretrain || *finetune) {
@@ -580,8 +610,9 @@ int main(int argc, char** argv) {
         file = open_checkpoint(source);
         variant = io::metadata_string(file, "variant", source);
       }
-      return with_variant(variant, [&]<class Attn>() { return train<Attn>(o, stage, file); });
+      return with_variant(variant, [&]<class Attn>() { return train<Attn>(o, stage, file, dp); });
     }
+    if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
     if (*evaluate_cmd) {
       const io::Safetensors file = open_checkpoint(o.reading_params);
       const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
@@ -594,5 +625,5 @@ int main(int argc, char** argv) {
     std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
     report(data::evaluate_constant(qa, "London"), qa, o);
     return 0;
-  });
+  }));
 }

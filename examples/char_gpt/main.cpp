@@ -161,9 +161,7 @@ int train(const TrainOptions& options, examples::DataParallel& dp) {
     restore_run(resumed, o, o.resume);
     if (options.shards > 0) o.shards = options.shards;  // another split from here on
   }
-  o.shards = dp.shards(o.shards);
-  ATTN_CHECK(o.shards <= o.batch, attn::value_error, "char_gpt: ", o.shards,
-             " shards of a batch of ", o.batch, " sequences: every shard needs one");
+  o.shards = dp.shards(o.shards, o.batch);
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
   const std::string& source = resuming ? o.resume : o.init_from;
   const bool from_checkpoint = resuming || !o.init_from.empty();
