@@ -4,6 +4,7 @@
 // left fold over shards as a plain loop. Does not use ShardGradients or MPI: it is their oracle.
 #pragma once
 
+#include <algorithm>
 #include <attn/autodiff/tape.hpp>
 #include <attn/core/rng.hpp>
 #include <attn/optim/param_group.hpp>
@@ -78,6 +79,18 @@ struct ShardFixture {
       for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += g[i];
     }
     return acc;
+  }
+  // The loss fold (l_0 + l_1) + … over shards [0, shards).
+  static double folded_loss(index_t shards) {
+    double l = loss(0);
+    for (index_t s = 1; s < shards; ++s) l += loss(s);
+    return l;
+  }
+  // How many elements of a and b differ (as floats, so exactly).
+  static index_t differences(const std::vector<float>& a, const std::vector<float>& b) {
+    index_t n = a.size() == b.size() ? 0 : index_t(std::max(a.size(), b.size()));
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+    return n;
   }
   std::vector<float> folded_in_reverse(index_t shards) const {
     std::vector<float> acc = shard_gradient(shards - 1, size());

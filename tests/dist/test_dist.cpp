@@ -92,18 +92,8 @@ TEST_CASE("dist::GradientReducer: the left fold over all shards in shard order, 
       }
       const double loss = reducer.reduce();
       // The oracle: every shard's gradient regenerated here, folded by a plain loop.
-      std::vector<float> expected = f.shard_gradient(offset, f.size());
-      for (index_t s = 1; s < shards; ++s) {
-        const std::vector<float> g = f.shard_gradient(offset + s, f.size());
-        for (std::size_t i = 0; i < expected.size(); ++i) expected[i] += g[i];
-      }
-      const std::vector<float> got = f.gradients();
-      index_t differ = 0;
-      for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != expected[i];
-      CHECK(differ == 0);
-      double l = f.loss(0);
-      for (index_t s = 1; s < shards; ++s) l += f.loss(s);
-      CHECK(loss == l);
+      CHECK(f.differences(f.gradients(), f.folded(offset, offset + shards)) == 0);
+      CHECK(loss == f.folded_loss(shards));
     }
   }
 }

@@ -75,14 +75,8 @@ TEST_CASE("dist::ShardGradients: the fold in shard order, bit for bit, in one bu
     }
     const double loss = g.fold();
     const std::vector<float> expected = f.folded(0, shards);
-    const std::vector<float> got = f.gradients();
-    REQUIRE(got.size() == expected.size());
-    index_t differ = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != expected[i];
-    CHECK(differ == 0);
-    double l = f.loss(0);
-    for (index_t s = 1; s < shards; ++s) l += f.loss(s);
-    CHECK(loss == l);
+    CHECK(f.differences(f.gradients(), expected) == 0);
+    CHECK(loss == f.folded_loss(shards));
     if (shards >= 3) CHECK(f.folded_in_reverse(shards) != expected);  // the order shows in the bits
   }
   dist::ShardGradients<float> g(f.named(), 2);
