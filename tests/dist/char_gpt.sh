@@ -3,6 +3,7 @@
 # mpirun on loopback, from tests/tests.cmake), end to end:
 #   1. 2 ranks × 1 thread write bit for bit the checkpoint (and logged losses) of one process running
 #      the same 2 shards per step, 20 steps; a 1-shard run differs (so the comparison can fail);
+#      with 4 shards, one process of 2 threads, 2 ranks and 4 ranks write the same checkpoint;
 #   2. a 2-rank run stopped at step 10 and resumed in one process ends bit for bit as (1);
 #   3. a rank killed (SIGKILL) mid-run ends the job within 20 s; the last checkpoint loads;
 #   4. a rank stopped (SIGSTOP) makes rank 0 give up after ATTN_DIST_TIMEOUT = 3 s, naming the
@@ -34,6 +35,16 @@ grep -q "data parallel: 2 ranks, 2 shards per step" two.txt || fail "no data-par
 "$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --shards 1 --out single >/dev/null 2>&1
 ! cmp -s single/checkpoint.safetensors two/checkpoint.safetensors ||
   fail "1 shard gave the bits of 2 shards: the comparison above proves nothing"
+
+echo "== 1b. 4 shards: one process with 2 threads, 2 ranks of 2 shards, 4 ranks"
+# (wide enough for attn's parallel loops to use the second thread)
+four=(--data "$data" --layers 2 --heads 4 --embd 64 --block 64 --batch 8 --warmup 2
+  --eval-batches 1 --sample-tokens 0 --dropout 0.1 --steps 4 --eval-every 2 --shards 4)
+"$char_gpt" "${four[@]}" --threads 2 --out four1 >/dev/null 2>&1
+"${mpirun[@]}" -np 2 "$char_gpt" "${four[@]}" --threads 1 --out four2 >/dev/null 2>&1
+"${mpirun[@]}" -np 4 "$char_gpt" "${four[@]}" --threads 1 --out four4 >/dev/null 2>&1
+cmp four1/checkpoint.safetensors four2/checkpoint.safetensors || fail "2 ranks x 2 shards differ"
+cmp four1/checkpoint.safetensors four4/checkpoint.safetensors || fail "4 ranks differ"
 
 echo "== 2. 2 ranks stopped at step 10, resumed in one process"
 "${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --stop-at 10 \
