@@ -266,17 +266,20 @@ std::vector<std::pair<std::byte*, index_t>> parameter_bytes(Module& module) {
   return out;
 }
 
-// dist_error unless every rank has the same (count, bytes) description of its parameters.
-inline void check_same_layout(Context& ctx, std::int64_t count, std::int64_t bytes,
-                              const char* op) {
-  const std::int64_t mine[2] = {count, bytes};
-  const std::vector<std::int64_t> all = all_gather<std::int64_t>(ctx, mine, op);
-  for (int r = 1; r < ctx.size(); ++r)
-    if (all[std::size_t(2 * r)] != all[0] || all[std::size_t(2 * r + 1)] != all[1])
-      throw dist_error(attn::detail::message(op, ": rank ", r, " has ", all[std::size_t(2 * r)],
-                                             " parameter tensors of ", all[std::size_t(2 * r + 1)],
-                                             " bytes, rank 0 has ", all[0], " of ", all[1],
-                                             " bytes: the ranks do not build the same model"));
+// Every rank's pair (a, b), gathered; `differs` is the first rank whose pair is not rank 0's, or 0
+// when all agree (the same on every rank, so that every rank throws alike).
+struct Agreement {
+  std::vector<std::int64_t> pairs;  // [2 R]: a, b of rank 0, of rank 1, …
+  int differs = 0;
+  std::int64_t a(int r) const { return pairs[std::size_t(2 * r)]; }
+  std::int64_t b(int r) const { return pairs[std::size_t(2 * r + 1)]; }
+};
+inline Agreement agree(Context& ctx, std::int64_t a, std::int64_t b, const char* op) {
+  const std::int64_t mine[2] = {a, b};
+  Agreement g{all_gather<std::int64_t>(ctx, mine, op), 0};
+  for (int r = 1; r < ctx.size() && g.differs == 0; ++r)
+    if (g.a(r) != g.a(0) || g.b(r) != g.b(0)) g.differs = r;
+  return g;
 }
 
 }  // namespace detail
@@ -290,17 +293,23 @@ void broadcast_parameters(Context& ctx, Module& module) {
   const auto pieces = detail::parameter_bytes(module);
   std::int64_t bytes = 0;
   for (const auto& [p, n] : pieces) bytes += n;
-  detail::check_same_layout(ctx, std::int64_t(pieces.size()), bytes, op);
+  const detail::Agreement g = detail::agree(ctx, std::int64_t(pieces.size()), bytes, op);
+  ATTN_CHECK(g.differs == 0, dist_error, op, ": rank ", g.differs, " has ", g.a(g.differs),
+             " parameter tensors of ", g.b(g.differs), " bytes, rank 0 has ", g.a(0), " of ",
+             g.b(0), " bytes: the ranks do not build the same model");
   std::vector<std::byte> flat(static_cast<std::size_t>(bytes));
-  if (ctx.leader()) {
-    std::size_t at = 0;
-    for (const auto& [p, n] : pieces)
-      std::memcpy(flat.data() + at, p, std::size_t(n)), at += std::size_t(n);
-  }
-  broadcast_bytes(ctx, flat.data(), bytes, op);
   std::size_t at = 0;
-  for (const auto& [p, n] : pieces)
-    std::memcpy(p, flat.data() + at, std::size_t(n)), at += std::size_t(n);
+  if (ctx.leader())
+    for (const auto& [p, n] : pieces) {
+      std::memcpy(flat.data() + at, p, std::size_t(n));
+      at += std::size_t(n);
+    }
+  broadcast_bytes(ctx, flat.data(), bytes, op);
+  at = 0;
+  for (const auto& [p, n] : pieces) {
+    std::memcpy(p, flat.data() + at, std::size_t(n));
+    at += std::size_t(n);
+  }
 }
 
 // Throws dist_error naming the first rank whose parameter values differ from rank 0's (compared by
@@ -344,14 +353,10 @@ class GradientReducer {
     const index_t ranks = ctx.size(), k = local_shards, mine = shards_.block_size(ctx.rank());
     detail::mpi_count(k * shards_.size(), op);  // the largest count or displacement below
     detail::mpi_count(k * ranks * mine, op);
-    const std::int64_t layout[2] = {std::int64_t(shards_.size()), std::int64_t(k)};
-    const std::vector<std::int64_t> all = all_gather<std::int64_t>(ctx, layout, op);
-    for (int r = 1; r < ctx.size(); ++r)
-      if (all[std::size_t(2 * r)] != all[0] || all[std::size_t(2 * r + 1)] != all[1])
-        throw dist_error(attn::detail::message(
-            op, ": rank ", r, " has ", all[std::size_t(2 * r)], " gradient elements in ",
-            all[std::size_t(2 * r + 1)], " shards, rank 0 has ", all[0], " in ", all[1],
-            ": the ranks must run the same model and the same number of shards each"));
+    const detail::Agreement g = detail::agree(ctx, std::int64_t(shards_.size()), k, op);
+    ATTN_CHECK(g.differs == 0, dist_error, op, ": rank ", g.differs, " has ", g.a(g.differs),
+               " gradient elements in ", g.b(g.differs), " shards, rank 0 has ", g.a(0), " in ",
+               g.b(0), ": the ranks must run the same model and the same number of shards each");
     if (ranks == 1) return;
     for (index_t b = 0; b < ranks; ++b) {
       send_counts_.push_back(int(k * shards_.block_size(b)));
