@@ -66,20 +66,22 @@ class DataParallel {
 #endif
     return 1;
   }
+  // Rank 0: the one that prints, logs, plots and writes checkpoints.
   bool leader() const {
     return rank() == 0;
-  }  // prints, logs, plots, writes checkpoints
+  }
 
   // The shard count of a run whose batches have `batch` rows: `requested` (an option or a
   // checkpoint's; 0: one shard per rank). Throws value_error unless the ranks divide it and every
   // shard gets a row.
   attn::index_t shards(attn::index_t requested, attn::index_t batch) const {
     const attn::index_t s = requested > 0 ? requested : ranks();
-    ATTN_CHECK(s % ranks() == 0, attn::value_error, "the run has ", s, " shards per step and ",
-               ranks(), " ranks cannot split them evenly: run it with a number of ranks that ",
-               "divides ", s, ", or give --shards a multiple of ", ranks(),
+    ATTN_CHECK(s % ranks() == 0, attn::value_error, "data parallel: the run has ", s,
+               " shards per step and ", ranks(),
+               " ranks cannot split them evenly: run it with a number of ranks that divides ", s,
+               ", or give --shards a multiple of ", ranks(),
                " (a new split: no longer the same bits as before)");
-    ATTN_CHECK(s <= batch, attn::value_error, s, " shards of a batch of ", batch,
+    ATTN_CHECK(s <= batch, attn::value_error, "data parallel: ", s, " shards of a batch of ", batch,
                " sequences: every shard needs one (fewer --shards or ranks, or a larger --batch)");
     return s;
   }
