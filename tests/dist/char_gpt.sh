@@ -54,12 +54,14 @@ echo "== 2. 2 ranks stopped at step 10, resumed in one process"
 cmp resumed/checkpoint.safetensors two/checkpoint.safetensors || fail "the resumed run differs"
 [[ "$(losses resumed/log.csv)" == "$(losses two/log.csv)" ]] || fail "the resumed losses differ"
 
-# The pid of rank $2 of the mpirun whose pid is $1 (its children carry OMPI_COMM_WORLD_RANK).
+# The pid of rank $2 of the mpirun whose pid is $1: the child of it (4th field of /proc/PID/stat)
+# whose environment holds OMPI_COMM_WORLD_RANK=$2.
 rank_pid() {
-  local child
-  for child in $(pgrep -P "$1"); do
-    if tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
-      echo "$child"
+  local d
+  for d in /proc/[0-9]*; do
+    [[ $(cut -d' ' -f4 "$d/stat" 2>/dev/null) == "$1" ]] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "${d#/proc/}"
       return 0
     fi
   done
