@@ -2,9 +2,7 @@
 // Does not include analysis/hull.hpp (needs Qhull, target attn::hull) nor cuda/ (nvcc only).
 #pragma once
 
-#include "attention/learned_scores.hpp"
 #include "attention/multi_head.hpp"
-#include "attention/synthesizer.hpp"
 #include "autodiff/autodiff.hpp"
 #include "core/error.hpp"
 #include "core/gemm.hpp"
