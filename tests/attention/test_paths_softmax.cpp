@@ -9,3 +9,8 @@ TEST_CASE_TEMPLATE("softmax attention: fused path = reference, every score and m
   check_all_masks<score::ScaledDot, kernel::Softmax, T>();
   check_all_masks<score::NegSqEuclidean, kernel::Softmax, T>();
 }
+
+TEST_CASE_TEMPLATE("softmax attention: fused path = reference, composed masks", T, float, double) {
+  check_combination<score::ScaledDot, kernel::Softmax, LeftPaddedCausal, T>();
+  check_combination<score::NegSqEuclidean, kernel::Softmax, WindowOrCustom, T>();
+}
