@@ -5,15 +5,7 @@
 
 namespace attn {
 
-#define ATTN_INSTANTIATE_GEMM(T)                                                              \
-  template void detail::strided_gemm<T>(const T*, bool, index_t, const T*, bool, index_t, T*, \
-                                        index_t, index_t, index_t, index_t, bool);            \
-  template void gemm<T>(const T*, bool, const T*, bool, T*, index_t, index_t, index_t, bool); \
-  template void gemm_serial<T>(const T*, bool, const T*, bool, T*, index_t, index_t, index_t, bool);
-
-ATTN_INSTANTIATE_GEMM(float)
-ATTN_INSTANTIATE_GEMM(double)
-
-#undef ATTN_INSTANTIATE_GEMM
+ATTN_GEMM_INSTANTIATIONS(template, float)
+ATTN_GEMM_INSTANTIATIONS(template, double)
 
 }  // namespace attn

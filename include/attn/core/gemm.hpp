@@ -279,20 +279,17 @@ void gemm_serial(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, inde
   detail::gemm_block(a, ta, b, tb, c, m, n, k, 0, m, 0, n, accumulate);
 }
 
+// The float and double products: src/gemm.cpp instantiates them into attn::compiled
+// (PREFIX `template`); with the compiled part (ATTN_COMPILED) every other file declares them
+// `extern template`, so it does not compile Eigen's GEMM kernels again.
+#define ATTN_GEMM_INSTANTIATIONS(PREFIX, T)                                                 \
+  PREFIX void detail::strided_gemm<T>(const T*, bool, index_t, const T*, bool, index_t, T*, \
+                                      index_t, index_t, index_t, index_t, bool);            \
+  PREFIX void gemm<T>(const T*, bool, const T*, bool, T*, index_t, index_t, index_t, bool); \
+  PREFIX void gemm_serial<T>(const T*, bool, const T*, bool, T*, index_t, index_t, index_t, bool);
 #ifdef ATTN_COMPILED
-// With the compiled part (CMake target attn::compiled, which defines ATTN_COMPILED) the float
-// and double products are instantiated once, in src/gemm.cpp; these declarations stop every
-// including file from compiling Eigen's GEMM kernels again.
-#define ATTN_EXTERN_GEMM(T)                                                                      \
-  extern template void detail::strided_gemm<T>(const T*, bool, index_t, const T*, bool, index_t, \
-                                               T*, index_t, index_t, index_t, index_t, bool);    \
-  extern template void gemm<T>(const T*, bool, const T*, bool, T*, index_t, index_t, index_t,    \
-                               bool);                                                            \
-  extern template void gemm_serial<T>(const T*, bool, const T*, bool, T*, index_t, index_t,      \
-                                      index_t, bool);
-ATTN_EXTERN_GEMM(float)
-ATTN_EXTERN_GEMM(double)
-#undef ATTN_EXTERN_GEMM
+ATTN_GEMM_INSTANTIATIONS(extern template, float)
+ATTN_GEMM_INSTANTIATIONS(extern template, double)
 #endif
 
 }  // namespace attn
