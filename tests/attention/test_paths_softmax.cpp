@@ -8,4 +8,9 @@ TEST_CASE_TEMPLATE("softmax attention: fused path = reference, every score and m
   check_all_masks<score::Dot, kernel::Softmax, T>();
   check_all_masks<score::ScaledDot, kernel::Softmax, T>();
   check_all_masks<score::NegSqEuclidean, kernel::Softmax, T>();
+  // ALiBi's position bias in the tile loop: the causal mask it is made for, no mask (the
+  // symmetric distance) and padding (rows with no key).
+  check_combination<score::Alibi, kernel::Softmax, mask::Causal, T>();
+  check_combination<score::Alibi, kernel::Softmax, mask::None, T>();
+  check_combination<score::Alibi, kernel::Softmax, mask::Padding, T>();
 }

@@ -44,6 +44,9 @@ struct Attention {
   AttentionPath path = AttentionPath::automatic;
   AttentionDropout dropout{};    // on the weights; set p = 0 (or a new seed per step) as needed
   AttentionBackward backward{};  // how the fused path's backward runs (default: by shape)
+  // > 0: attend to the first key_length rows of each key/value head of k and v (a decoding cache
+  // with spare capacity, read in place); 0: all of them. Score kernels only (not feature maps).
+  index_t key_length = 0;
 
   // True when this combination runs in O(T) memory and time per query row (no T x T matrix).
   static constexpr bool linear_path = Kernel::feature_map && (std::is_same_v<Mask, mask::None> ||
@@ -79,13 +82,14 @@ struct Attention {
     } else {
       const detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q,
                                           Score::beta_k};
+      const detail::ScoreBias<Score> bias{score};  // ALiBi's b_h(p_i − p_j); nothing for others
       if constexpr (std::is_same_v<Kernel, kernel::Softmax>) {
         if (path == AttentionPath::automatic)
-          return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward);
-        return materialized_attention(q, k, v, form, kernel, mask, weights, dropout);
-      } else {
-        return materialized_attention(q, k, v, form, kernel, mask, weights, dropout);
+          return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward,
+                                          key_length);
       }
+      return materialized_attention(q, k, v, form, kernel, mask, weights, dropout, bias,
+                                    key_length);
     }
   }
 };

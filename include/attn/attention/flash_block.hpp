@@ -29,6 +29,7 @@
 #include "../core/bf16.hpp"
 #include "../core/host_device.hpp"
 #include "../core/shape.hpp"
+#include "geometry.hpp"
 #include "mask.hpp"
 #include "online_softmax_merge.hpp"
 #include "score.hpp"
@@ -66,26 +67,9 @@ ATTN_HOST_DEVICE inline int min_int(index_t a, index_t b) {
   return static_cast<int>(a < b ? a : b);
 }
 
-// Sizes and row-major offsets of q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv],
-// o [B, H, Tq, Dv] and the per-row vectors [B, H, Tq] (query head h reads key head h / (H / Hk)).
-struct Geometry {
-  index_t B = 0, H = 0, Hk = 0, Tq = 0, Tk = 0, Dh = 0, Dv = 0;
-  ATTN_HOST_DEVICE index_t group() const { return H / Hk; }
-  ATTN_HOST_DEVICE index_t q_off(index_t b, index_t h, index_t i) const {
-    return ((b * H + h) * Tq + i) * Dh;
-  }
-  ATTN_HOST_DEVICE index_t o_off(index_t b, index_t h, index_t i) const {
-    return ((b * H + h) * Tq + i) * Dv;
-  }
-  ATTN_HOST_DEVICE index_t k_off(index_t b, index_t hk, index_t j) const {
-    return ((b * Hk + hk) * Tk + j) * Dh;
-  }
-  ATTN_HOST_DEVICE index_t v_off(index_t b, index_t hk, index_t j) const {
-    return ((b * Hk + hk) * Tk + j) * Dv;
-  }
-  ATTN_HOST_DEVICE index_t row(index_t b, index_t h, index_t i) const {
-    return (b * H + h) * Tq + i;
-  }
+// The call's sizes and offsets (geometry.hpp, the same struct as the CPU paths'), with the tile
+// counts of these programs.
+struct Geometry : detail::AttentionGeometry {
   ATTN_HOST_DEVICE index_t query_tiles() const { return ceil_div(Tq, query_tile); }
   ATTN_HOST_DEVICE index_t key_tiles() const { return ceil_div(Tk, key_tile); }
   // Blocks of each program: one per (b, h, query tile), and one per (b, hk, key tile).
@@ -240,6 +224,9 @@ ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask
                                  TileKind kind, index_t b, index_t i0, int br, index_t j0, int bc,
                                  const Acc* q, const Acc* k, int ld, const Acc* kk, Acc* s,
                                  int lds) {
+  static_assert(!HasPositionBias<Score>,
+                "attn: the CUDA block programs add no position bias yet (score::Alibi runs on the "
+                "CPU paths)");
   const int D = static_cast<int>(g.Dh);
   tile_product(blk, query_tile, key_tile, D, q, ld, 1, k, 1, ld, [&](int i, int j, Acc qk) {
     const bool ok =

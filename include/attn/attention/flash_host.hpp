@@ -62,7 +62,7 @@ inline Geometry checked_geometry(const Shape& q, const Shape& k, const Shape& v,
   const detail::AttentionGeometry a = detail::attention_geometry(q, k, v, op);
   ATTN_CHECK(a.Dh >= 1 && a.Dv >= 1, shape_error, op, ": head widths must be >= 1, got q ", q,
              ", v ", v);
-  return Geometry{a.B, a.H, a.Hk, a.Tq, a.Tk, a.Dh, a.Dv};
+  return Geometry{a};
 }
 
 }  // namespace flash

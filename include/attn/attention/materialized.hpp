@@ -3,8 +3,9 @@
 // the plain-GEMM path the fused kernel is measured against. Does not tile: memory is O(T²) per
 // head in flight (one head per thread at a time).
 //
-// S = alpha A Bᵀ + beta_a ‖a_i‖² + beta_b ‖b_j‖²,  K = κ(S) on allowed entries (0 elsewhere),
-// W = K / rowsum(K) (a row summing to 0 gives W = 0),  O = W V.
+// S = alpha A Bᵀ + beta_a ‖a_i‖² + beta_b ‖b_j‖² [+ b_h(p_i − p_j)],  K = κ(S) on allowed entries
+// (0 elsewhere), W = K / rowsum(K) (a row summing to 0 gives W = 0),  O = W V. The position bias
+// b_h is a score's (score.hpp: ALiBi), added per element.
 #pragma once
 
 #include <Eigen/Core>
@@ -35,6 +36,19 @@ struct MaterializedForm {
   double alpha = 1, beta_a = 0, beta_b = 0;
 };
 
+// Where the per-pair position bias of a form comes from: nowhere (NoScoreBias) or a score policy
+// that has one (ScoreBias<S>); head(h, H) gives head h's callable of the distance.
+struct NoScoreBias {
+  static constexpr bool active = false;
+  NoPositionBias head(index_t, index_t) const { return {}; }
+};
+template <ScorePolicy S>
+struct ScoreBias {
+  static constexpr bool active = HasPositionBias<S>;
+  S score;
+  auto head(index_t h, index_t heads) const { return head_position_bias(score, h, heads); }
+};
+
 template <class T>
 struct MaterializedScratch {
   Mat<T> s, k, w, wd, dw;
@@ -48,10 +62,10 @@ MaterializedScratch<T>& materialized_scratch() {
 }
 
 // Scores, kernel values and weights of head (b, h) into sc.s, sc.k, sc.w; sc.z the row sums.
-template <class T, class Kappa, MaskPolicy Mask>
+template <class T, class Kappa, MaskPolicy Mask, class Bias>
 void materialize_head(const MaterializedForm& form, const Kappa& kappa, const Mask& mask,
-                      const AttentionGeometry& g, const T* a, const T* bk, index_t b, index_t h,
-                      MaterializedScratch<T>& sc) {
+                      const Bias& bias, const AttentionGeometry& g, const T* a, const T* bk,
+                      index_t b, index_t h, MaterializedScratch<T>& sc) {
   const index_t hk = h / g.group();
   Eigen::Map<const Mat<T>> A(a + g.q_off(b, h, 0), g.Tq, g.Dh);
   Eigen::Map<const Mat<T>> Bm(bk + g.k_off(b, hk, 0), g.Tk, g.Dh);
@@ -61,6 +75,12 @@ void materialize_head(const MaterializedForm& form, const Kappa& kappa, const Ma
   if (form.beta_a != 0) sc.s.colwise() += static_cast<T>(form.beta_a) * A.rowwise().squaredNorm();
   if (form.beta_b != 0)
     sc.s.rowwise() += static_cast<T>(form.beta_b) * Bm.rowwise().squaredNorm().transpose();
+  if constexpr (Bias::active) {
+    const auto position_bias = bias.head(h, g.H);
+    for (index_t i = 0; i < g.Tq; ++i)
+      for (index_t j = 0; j < g.Tk; ++j)
+        sc.s(i, j) += static_cast<T>(position_bias(g.query_position(i) - j));
+  }
   sc.k.resize(g.Tq, g.Tk);
   sc.z.resize(g.Tq);
   for (index_t i = 0; i < g.Tq; ++i) {
@@ -88,7 +108,7 @@ void materialize_head(const MaterializedForm& form, const Kappa& kappa, const Ma
   }
 }
 
-template <class Kappa, MaskPolicy Mask>
+template <class Kappa, MaskPolicy Mask, class Bias>
 struct MaterializedOp {
   std::int32_t a, bk, v;
   AttentionGeometry g;
@@ -96,6 +116,7 @@ struct MaterializedOp {
   Kappa kappa;
   AttentionDropout dropout;
   const Mask* mask;
+  Bias bias;
 
   // O = W V, W = K / z:  dV = Wᵀ dO,  dW = dO Vᵀ,  dK_ij = (dW_ij − Σ_l dW_il W_il) / z_i,
   // dS = dK ∘ κ'(S),  dA = alpha dS B + 2 beta_a rowsum(dS) ∘ a,
@@ -115,7 +136,7 @@ struct MaterializedOp {
       const index_t hk = task % g.Hk, b = task / g.Hk;
       MaterializedScratch<T>& sc = materialized_scratch<T>();
       for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h) {
-        materialize_head(form, kappa, *mask, g, av, bv, b, h, sc);
+        materialize_head(form, kappa, *mask, bias, g, av, bv, b, h, sc);
         Eigen::Map<const Mat<T>> dO(dov + g.o_off(b, h, 0), g.Tq, g.Dv);
         Eigen::Map<const Mat<T>> V(vv + g.v_off(b, hk, 0), g.Tk, g.Dv);
         // With dropout, O = (W ∘ M) V: dV = (W ∘ M)ᵀ dO and dW = M ∘ (dO Vᵀ).
@@ -167,15 +188,17 @@ struct MaterializedOp {
 
 }  // namespace detail
 
-// O = normalise(κ(S) on the allowed entries) V with S = alpha A Bᵀ + beta_a ‖a‖² + beta_b ‖b‖²;
-// `weights`, when given, receives W [B, H, Tq, Tk].
-template <class Kappa, MaskPolicy Mask, class T>
+// O = normalise(κ(S) on the allowed entries) V with S = alpha A Bᵀ + beta_a ‖a‖² + beta_b ‖b‖²
+// (+ the position bias of `bias`); `weights`, when given, receives W [B, H, Tq, Tk]; key_length
+// > 0 attends to the first key_length rows of each head of bk and v (see geometry.hpp).
+template <class Kappa, MaskPolicy Mask, class T, class Bias = detail::NoScoreBias>
 Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v,
                               const detail::MaterializedForm& form, const Kappa& kappa,
                               const Mask& mask, Tensor<T>* weights = nullptr,
-                              const AttentionDropout& dropout = {}) {
+                              const AttentionDropout& dropout = {}, const Bias& bias = {},
+                              index_t key_length = 0) {
   Tape<T>& tape = a.tape();
-  const detail::AttentionGeometry g = detail::checked_geometry(a, bk, v, "attention");
+  const detail::AttentionGeometry g = detail::checked_geometry(a, bk, v, "attention", key_length);
   mask.validate(g.B, g.Tq, g.Tk);
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              a.requires_grad() || bk.requires_grad() || v.requires_grad());
@@ -188,7 +211,7 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
       g.B * g.H, 4.0 * double(g.Tq) * double(g.Tk) * double(g.Dh + g.Dv), [&](index_t task) {
         const index_t h = task % g.H, b = task / g.H;
         detail::MaterializedScratch<T>& sc = detail::materialized_scratch<T>();
-        detail::materialize_head(form, kappa, mask, g, av, bv, b, h, sc);
+        detail::materialize_head(form, kappa, mask, bias, g, av, bv, b, h, sc);
         Eigen::Map<const detail::Mat<T>> V(vv + g.v_off(b, h / g.group(), 0), g.Tk, g.Dv);
         if (dropout.active()) {
           sc.wd = sc.w;
@@ -202,8 +225,9 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
       });
   if (node.requires_grad) {
     const Mask* stored = node.template keep_value<Mask>(mask);
-    tape.set_backward(node, detail::MaterializedOp<Kappa, Mask>{a.index(), bk.index(), v.index(), g,
-                                                                form, kappa, dropout, stored});
+    tape.set_backward(
+        node, detail::MaterializedOp<Kappa, Mask, Bias>{a.index(), bk.index(), v.index(), g, form,
+                                                        kappa, dropout, stored, bias});
   }
   return o;
 }

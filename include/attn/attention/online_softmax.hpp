@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../autodiff/autodiff.hpp"
+#include "geometry.hpp"
 #include "mask.hpp"
 #include "score.hpp"
 #include "tile_gemm.hpp"
@@ -30,16 +31,6 @@ namespace detail {
 // score.
 inline constexpr index_t attn_query_tile = 128;
 inline constexpr index_t attn_key_tile = 128;
-
-struct AttentionGeometry {
-  index_t B = 0, H = 0, Hk = 0, Tq = 0, Tk = 0, Dh = 0, Dv = 0;
-  index_t group() const { return H / Hk; }
-  index_t q_off(index_t b, index_t h, index_t i) const { return ((b * H + h) * Tq + i) * Dh; }
-  index_t o_off(index_t b, index_t h, index_t i) const { return ((b * H + h) * Tq + i) * Dv; }
-  index_t k_off(index_t b, index_t hk, index_t j) const { return ((b * Hk + hk) * Tk + j) * Dh; }
-  index_t v_off(index_t b, index_t hk, index_t j) const { return ((b * Hk + hk) * Tk + j) * Dv; }
-  index_t row(index_t b, index_t h, index_t i) const { return (b * H + h) * Tq + i; }
-};
 
 template <class T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -72,31 +63,16 @@ namespace detail {
 template <class T>
 using Col = Eigen::Matrix<T, Eigen::Dynamic, 1>;
 
-inline AttentionGeometry attention_geometry(const Shape& q, const Shape& k, const Shape& v,
-                                            const char* op) {
-  ATTN_CHECK(q.rank() == 4 && k.rank() == 4 && v.rank() == 4, shape_error, op,
-             ": q, k, v must be [B, H, T, D], got ", q, ", ", k, ", ", v);
-  AttentionGeometry g{q[0], q[1], k[1], q[2], k[2], q[3], v[3]};
-  ATTN_CHECK(k[0] == g.B && v[0] == g.B, shape_error, op, ": batch sizes differ: ", q, ", ", k,
-             ", ", v);
-  ATTN_CHECK(v[1] == g.Hk && v[2] == g.Tk, shape_error, op, ": k ", k, " and v ", v,
-             " differ in heads or length");
-  ATTN_CHECK(k[3] == g.Dh, shape_error, op, ": q ", q, " and k ", k, " differ in head width");
-  ATTN_CHECK(g.Hk > 0 && g.H % g.Hk == 0, shape_error, op, ": ", g.Hk,
-             " key/value heads do not divide ", g.H, " query heads");
-  return g;
-}
-
 // The checks every attention entry point makes: q, k, v are current Vars of one tape, and their
 // shapes fit together (see attention_geometry).
 template <class T>
 AttentionGeometry checked_geometry(const Var<T>& q, const Var<T>& k, const Var<T>& v,
-                                   const char* op) {
+                                   const char* op, index_t key_length = 0) {
   Tape<T>& tape = q.tape();
   tape.check(q, op);
   tape.check(k, op);
   tape.check(v, op);
-  return attention_geometry(q.shape(), k.shape(), v.shape(), op);
+  return attention_geometry(q.shape(), k.shape(), v.shape(), op, key_length);
 }
 
 }  // namespace detail
@@ -130,7 +106,7 @@ static_assert(attn_key_tile % packet_size<float> == 0 && attn_key_tile % packet_
 // and reused, so a steady-state training step does not allocate.
 template <class T>
 struct AttentionLayout {
-  std::vector<T> kt, vt, kpad, vpad, qpad, dopad, kbias;
+  std::vector<T> kt, vt, kpad, vpad, qpad, dopad, key_norms;
 };
 
 template <class T>
@@ -177,7 +153,7 @@ KeyPanels<T> pack_key_panels(const T* src, const AttentionGeometry& g, index_t d
   parallel_for(g.B * g.Hk * tiles, 2.0 * double(d * attn_key_tile), [&](index_t t) {
     const index_t bh = t / tiles, j0 = (t % tiles) * attn_key_tile;
     const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-    const T* s = src + (bh * g.Tk + j0) * d;
+    const T* s = src + (bh * g.key_rows() + j0) * d;
     T* p = buf.data() + t * d * attn_key_tile;
     for (index_t jj = 0; jj < bc; ++jj)  // rows of src read in order; d lines written stay in L1
       for (index_t c = 0; c < d; ++c) p[c * attn_key_tile + jj] = s[jj * d + c];
@@ -187,15 +163,36 @@ KeyPanels<T> pack_key_panels(const T* src, const AttentionGeometry& g, index_t d
   return {buf.data(), d, tiles};
 }
 
-// Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² (beta_q ‖q‖² is the same for every key of a row and
-// cancels in softmax, so it is left out here and in the saved log-sum-exp alike).
-template <class T, MaskPolicy Mask>
+// The ‖k‖² term of a quadratic score, beta_k ‖k_j‖² for every key row (b, hk, j) in order
+// [B·Hk·Tk]; null when beta_k = 0 (the CUDA blocks compute the same per tile: key_norms).
+template <ScorePolicy Score, class T>
+const T* key_norm_bias(const AttentionGeometry& g, const T* k, std::vector<T>& buf) {
+  if constexpr (Score::beta_k == 0) {
+    return nullptr;
+  } else {
+    buf.resize(static_cast<std::size_t>(g.B * g.Hk * g.Tk));
+    for (index_t bh = 0; bh < g.B * g.Hk; ++bh)
+      for (index_t j = 0; j < g.Tk; ++j) {
+        const T* kr = k + g.k_off(bh / g.Hk, bh % g.Hk, j);
+        T n = 0;
+        for (index_t c = 0; c < g.Dh; ++c) n += kr[c] * kr[c];
+        buf[static_cast<std::size_t>(bh * g.Tk + j)] = static_cast<T>(Score::beta_k) * n;
+      }
+    return buf.data();
+  }
+}
+
+// Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² + b_h(p_i − p_j) (beta_q ‖q‖² is the same for every
+// key of a row and cancels in softmax, so it is left out here and in the saved log-sum-exp
+// alike; the position bias b_h only for scores that have one, see score.hpp).
+template <class T, ScorePolicy Score, MaskPolicy Mask>
 struct ScoreTiles {
+  const Score& score;
   const Mask& mask;
   const AttentionGeometry& g;
   const T* q;
   KeyPanels<T> kt;
-  const T* kbias;  // beta_k ‖k_j‖² per (b, hk, j), or null when beta_k = 0
+  const T* key_norms;  // beta_k ‖k_j‖² per (b, hk, j), or null when beta_k = 0
   T alpha;
 
   // Rows [i0, i0 + br) of head (b, h) against keys [j0, j0 + bc) into s (rows lds apart), masked
@@ -208,8 +205,17 @@ struct ScoreTiles {
     const index_t hk = h / g.group();
     tile_gemm(br, bc, g.Dh, q + g.q_off(b, h, i0), g.Dh, index_t{1}, kt.panel(g, b, hk, j0),
               attn_key_tile, s, lds, false);
-    const T* bias = kbias ? kbias + (b * g.Hk + hk) * g.Tk + j0 : nullptr;
+    const T* bias = key_norms ? key_norms + (b * g.Hk + hk) * g.Tk + j0 : nullptr;
     for (index_t i = 0; i < br; ++i) rmax[i] = scale_row_max(s + i * lds, bc, alpha, bias);
+    if constexpr (HasPositionBias<Score>) {
+      const auto position_bias = score.position_bias(h, g.H);
+      for (index_t i = 0; i < br; ++i) {
+        T* row = s + i * lds;
+        const index_t delta0 = g.query_position(i0 + i) - j0;  // p_i − p_j at j = j0
+        for (index_t j = 0; j < bc; ++j) row[j] += static_cast<T>(position_bias(delta0 - j));
+        rmax[i] = row_max(row, bc);
+      }
+    }
     if (kind == TileKind::partial) {
       constexpr T ninf = -std::numeric_limits<T>::infinity();
       for (index_t i = 0; i < br; ++i) {
@@ -224,21 +230,16 @@ struct ScoreTiles {
 };
 
 template <class T, ScorePolicy Score, MaskPolicy Mask>
-ScoreTiles<T, Mask> make_score_tiles(const Score& score, const Mask& mask,
-                                     const AttentionGeometry& g, const T* q, const T* k,
-                                     AttentionLayout<T>& layout) {
-  const T* kbias = nullptr;
-  if constexpr (Score::beta_k != 0) {
-    layout.kbias.resize(static_cast<std::size_t>(g.B * g.Hk * g.Tk));
-    for (index_t r = 0; r < g.B * g.Hk * g.Tk; ++r) {
-      T n = 0;
-      for (index_t c = 0; c < g.Dh; ++c) n += k[r * g.Dh + c] * k[r * g.Dh + c];
-      layout.kbias[static_cast<std::size_t>(r)] = static_cast<T>(Score::beta_k) * n;
-    }
-    kbias = layout.kbias.data();
-  }
-  return {
-      mask, g, q, pack_key_panels(k, g, g.Dh, layout.kt), kbias, static_cast<T>(score.alpha(g.Dh))};
+ScoreTiles<T, Score, Mask> make_score_tiles(const Score& score, const Mask& mask,
+                                            const AttentionGeometry& g, const T* q, const T* k,
+                                            AttentionLayout<T>& layout) {
+  return {score,
+          mask,
+          g,
+          q,
+          pack_key_panels(k, g, g.Dh, layout.kt),
+          key_norm_bias<Score>(g, k, layout.key_norms),
+          static_cast<T>(score.alpha(g.Dh))};
 }
 
 // A tile [rows, cols] of a row-major buffer with rows `ld` apart, for AttentionDropout::apply.
@@ -288,8 +289,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
                             const AttentionGeometry& g, const T* q, const T* k, const T* v, T* o,
                             T* lse, T* keep) {
   AttentionLayout<T>& layout = attention_layout<T>();
-  const ScoreTiles<T, Mask> scores = make_score_tiles(score, mask, g, q, k, layout);
-  const RowsView<T> V = padded_rows(v, g.B * g.Hk * g.Tk, g.Dv, layout.vpad);
+  const ScoreTiles<T, Score, Mask> scores = make_score_tiles(score, mask, g, q, k, layout);
+  const RowsView<T> V = padded_rows(v, g.B * g.Hk * g.key_rows(), g.Dv, layout.vpad);
   const index_t qtiles = block_count(g.Tq, attn_query_tile),
                 ktiles = block_count(g.Tk, attn_key_tile), ldv = packet_round<T>(g.Dv);
   constexpr index_t lds = attn_key_tile;
@@ -309,7 +310,7 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
     std::fill(m, m + br, ninf);
     // With keep: the shift each row's tile was exponentiated with (+∞: nothing allowed there).
     T* shift = keep ? zeroed(sc.colsum, br * ktiles) : nullptr;
-    const T* vrows = V.row((b * g.Hk + hk) * g.Tk);
+    const T* vrows = V.row(g.k_row(b, hk, 0));
     const index_t row0 = g.row(b, h, i0);
     T* p = keep ? keep + row0 * g.Tk : nullptr;  // [br, Tk]
     for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
@@ -367,7 +368,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 void online_softmax_weights(const Score& score, const Mask& mask, const AttentionGeometry& g,
                             const T* q, const T* k, const T* lse, T* w) {
-  const ScoreTiles<T, Mask> scores = make_score_tiles(score, mask, g, q, k, attention_layout<T>());
+  const ScoreTiles<T, Score, Mask> scores =
+      make_score_tiles(score, mask, g, q, k, attention_layout<T>());
   const index_t qtiles = block_count(g.Tq, attn_query_tile);
   constexpr index_t lds = attn_key_tile;
   parallel_for(g.B * g.H * qtiles, 2.0 * double(attn_query_tile) * double(g.Tk) * double(g.Dh),
@@ -441,11 +443,12 @@ struct OnlineSoftmaxOp {
     const index_t ldk = packet_round<T>(g.Dh), ldv = packet_round<T>(g.Dv);
 
     AttentionLayout<T>& layout = attention_layout<T>();
-    const ScoreTiles<T, Mask> scores = kept ? ScoreTiles<T, Mask>{*mask, g, qv, {}, nullptr, alpha}
-                                            : make_score_tiles(score, *mask, g, qv, kv, layout);
+    const ScoreTiles<T, Score, Mask> scores =
+        kept ? ScoreTiles<T, Score, Mask>{score, *mask, g, qv, {}, nullptr, alpha}
+             : make_score_tiles(score, *mask, g, qv, kv, layout);
     const KeyPanels<T> vt = pack_key_panels(vv, g, g.Dv, layout.vt);
-    const RowsView<T> K =
-        need_q ? padded_rows(kv, g.B * g.Hk * g.Tk, g.Dh, layout.kpad) : RowsView<T>{kv, g.Dh};
+    const RowsView<T> K = need_q ? padded_rows(kv, g.B * g.Hk * g.key_rows(), g.Dh, layout.kpad)
+                                 : RowsView<T>{kv, g.Dh};
     const RowsView<T> Q =
         need_k ? padded_rows(qv, g.B * g.H * g.Tq, g.Dh, layout.qpad) : RowsView<T>{qv, g.Dh};
     const RowsView<T> dO =
@@ -531,8 +534,8 @@ struct OnlineSoftmaxOp {
             for (index_t j = 0; j < bc; ++j) colsum[j] += ds[i * lds + j];
       }
       if (dq_acc)  // dQ_i += dS K_j
-        tile_gemm(br, g.Dh, bc, ds, lds, index_t{1}, K.row((b * g.Hk + h / g.group()) * g.Tk + j0),
-                  K.ld, dq_acc, ldk, q_add);
+        tile_gemm(br, g.Dh, bc, ds, lds, index_t{1}, K.row(g.k_row(b, h / g.group(), j0)), K.ld,
+                  dq_acc, ldk, q_add);
     };
     const index_t qtiles = block_count(g.Tq, attn_query_tile),
                   ktiles = block_count(g.Tk, attn_key_tile);
@@ -633,14 +636,16 @@ inline bool single_pass_backward(const AttentionBackward& plan, const AttentionG
 
 // Softmax attention o_i = Σ_j softmax_j(s(q_i, k_j) | mask) v_j by the online-softmax algorithm.
 // When `weights` is given it receives the [B, H, Tq, Tk] weights before dropout (not
-// differentiable); `dropout` drops weights (training); `plan` picks how backward runs.
+// differentiable); `dropout` drops weights (training); `plan` picks how backward runs;
+// key_length > 0 attends to the first key_length rows of each head of k and v only (a decoding
+// cache with spare capacity, read in place; see geometry.hpp).
 template <ScorePolicy Score, MaskPolicy Mask, class T>
 Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                                 const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
                                 const AttentionDropout& dropout = {},
-                                const AttentionBackward& plan = {}) {
+                                const AttentionBackward& plan = {}, index_t key_length = 0) {
   Tape<T>& tape = q.tape();
-  const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention");
+  const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention", key_length);
   mask.validate(g.B, g.Tq, g.Tk);
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              q.requires_grad() || k.requires_grad() || v.requires_grad());

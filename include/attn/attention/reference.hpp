@@ -4,17 +4,19 @@
 //
 //   o_i = Σ_j w_ij v_j,   w_ij = κ(q_i, k_j) / Σ_l κ(q_i, k_l)   over the keys the mask allows,
 //
-// with κ = exp(s) (Softmax), s^C (Polynomial<C>) or φ(q)·φ(k) (feature maps), and o_i = 0 when
-// no key is allowed or the normaliser is 0.
+// with κ = exp(s) (Softmax), s^C (Polynomial<C>) or φ(q)·φ(k) (feature maps), s = the score's
+// operator()(q, k, d) plus its position bias b_h(p_i − p_j) if it has one, and o_i = 0 when no
+// key is allowed or the normaliser is 0. Includes the policies and core only, never the paths it
+// checks.
 #pragma once
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "geometry.hpp"
 #include "kernel.hpp"
 #include "mask.hpp"
-#include "online_softmax.hpp"
 #include "random_features.hpp"
 #include "score.hpp"
 
@@ -124,9 +126,11 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
         } else {
           std::vector<double> s(static_cast<std::size_t>(g.Tk), 0.0);
           double smax = -std::numeric_limits<double>::infinity();
+          const auto position_bias = head_position_bias(score, h, g.H);
           for (index_t j = 0; j < g.Tk; ++j) {
             s[static_cast<std::size_t>(j)] =
-                score(q.data() + g.q_off(b, h, i), k.data() + g.k_off(b, hk, j), g.Dh);
+                score(q.data() + g.q_off(b, h, i), k.data() + g.k_off(b, hk, j), g.Dh) +
+                position_bias(g.query_position(i) - j);
             if (ok[static_cast<std::size_t>(j)])
               smax = std::max(smax, s[static_cast<std::size_t>(j)]);
           }

@@ -1,12 +1,19 @@
-// attn/attention/score.hpp: pairwise score functions s(q, k) for attention.
-// Does not hold parameters: scores with weights of their own (Bilinear, Additive, Synthesizer)
-// are module-level and live in multi_head.hpp, built from these and the autodiff ops.
+// attn/attention/score.hpp: the score functions s(q, k) the attention operator computes itself:
+// quadratic forms of q and k, plus an optional bias that depends on the two positions (ALiBi).
+// Does not hold parameters or transform q and k: scores that do (Bilinear, Rotary, Cosine,
+// Additive, Synthesizer) are in module_scores.hpp, and MultiHeadAttention applies them.
 //
-// A score policy is the quadratic form
-//     s(q, k) = alpha(d) q·k + beta_q ‖q‖² + beta_k ‖k‖²,
+// A score policy (ScorePolicy) is the quadratic form
+//     s(q, k) = alpha(d) q·k + beta_q ‖q‖² + beta_k ‖k‖²  [+ b_h(p_i − p_j)],
 // which covers the dot-product family and lets every path compute all T² scores with one GEMM
 // plus two vectors of norms. It provides alpha(d), beta_q, beta_k and a name, and the reference
 // path evaluates it literally through operator()(q, k, d).
+//
+// Optionally it also provides `position_bias(h, H)`, which returns a small callable b(δ) of the
+// distance δ = p_i − p_j between the query's and the key's positions (query i of Tq sits at
+// position i + Tk − Tq, key j at j: AttentionGeometry::query_position). The fused kernel adds
+// b(δ) to each score inside its tile loop, so no T×T bias tensor ever exists; b has no
+// parameters (its gradient is not computed). Both are ATTN_HOST_DEVICE, for the CUDA blocks.
 #pragma once
 
 #include <cmath>
@@ -25,6 +32,12 @@ concept ScorePolicy = std::copy_constructible<S> &&
   { S::beta_k } -> std::convertible_to<double>;
   { s(q, q, d) } -> std::convertible_to<double>;
   { S::name } -> std::convertible_to<const char*>;
+};
+
+// A score with a position bias (see above); b(δ) is added to the score of every allowed pair.
+template <class S>
+concept HasPositionBias = requires(const S& s, index_t h) {
+  { s.position_bias(h, h)(h) } -> std::convertible_to<double>;
 };
 
 namespace score {
@@ -80,7 +93,54 @@ struct NegSqEuclidean {
   }
 };
 
+// ALiBi (Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables
+// Input Length Extrapolation"): no position is added to the input; instead head h of H adds
+//     b_h(δ) = −m_h · |δ|,   δ = p_i − p_j,
+// to the scaled dot product q·k/√d. Under a causal mask δ ≥ 0 and this is the paper's
+// −m_h (i − j); under other masks it is the symmetric variant (a key as far in the future costs
+// as much as one as far in the past). The slopes are the paper's geometric sequence: for H a
+// power of two m_h = 2^{−8(h+1)/H} (h = 0 … H − 1; 8 heads: 1/2, 1/4, …, 1/256); otherwise the
+// H' = 2^⌊log₂ H⌋ slopes of H' heads, then every other slope of 2H' heads (the odd powers
+// 2^{−4(2c+1)/H'}), c = 0 … H − H' − 1, as the paper's reference code extends them.
+struct Alibi {
+  static constexpr const char* name = "alibi";
+  static constexpr double beta_q = 0, beta_k = 0;
+  ATTN_HOST_DEVICE double alpha(index_t d) const { return 1.0 / std::sqrt(static_cast<double>(d)); }
+  template <class T>
+  ATTN_HOST_DEVICE double operator()(const T* q, const T* k, index_t d) const {
+    return detail::dot(q, k, d) * alpha(d);
+  }
+
+  // m_h, the slope of head h of `heads`.
+  ATTN_HOST_DEVICE static double slope(index_t h, index_t heads) {
+    index_t base = 1;  // H' = 2^⌊log₂ H⌋
+    while (base * 2 <= heads) base *= 2;
+    if (h < base) return std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(base));
+    return std::exp2(-4.0 * static_cast<double>(2 * (h - base) + 1) / static_cast<double>(base));
+  }
+  struct Bias {
+    double slope;
+    ATTN_HOST_DEVICE double operator()(index_t distance) const {
+      return -slope * static_cast<double>(distance < 0 ? -distance : distance);
+    }
+  };
+  ATTN_HOST_DEVICE Bias position_bias(index_t h, index_t heads) const { return {slope(h, heads)}; }
+};
+
 }  // namespace score
+
+// The position bias of score S for head h of `heads` as a callable of the distance p_i − p_j;
+// 0 for scores without one.
+struct NoPositionBias {
+  ATTN_HOST_DEVICE double operator()(index_t) const { return 0.0; }
+};
+template <ScorePolicy S>
+ATTN_HOST_DEVICE auto head_position_bias(const S& s, index_t h, index_t heads) {
+  if constexpr (HasPositionBias<S>)
+    return s.position_bias(h, heads);
+  else
+    return NoPositionBias{};
+}
 
 // One score from its parts, s = alpha q·k + beta_q ‖q‖² + beta_k ‖k‖², in the type A the caller
 // accumulates in (float on a GPU). The tiled kernels compute the q·k of a whole tile at once and
@@ -93,5 +153,6 @@ ATTN_HOST_DEVICE A score_from_parts(A alpha, A qk, A qq, A kk) {
 static_assert(ScorePolicy<score::Dot>);
 static_assert(ScorePolicy<score::ScaledDot>);
 static_assert(ScorePolicy<score::NegSqEuclidean>);
+static_assert(ScorePolicy<score::Alibi> && HasPositionBias<score::Alibi>);
 
 }  // namespace attn

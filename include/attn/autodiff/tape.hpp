@@ -152,6 +152,21 @@ class Tape {
     return var;
   }
 
+  // A constant that refers to `value` instead of copying it (no gradient): for large read-only
+  // inputs such as a decoding cache. `value` must stay alive and unchanged while the Var is used.
+  Var<T> view(const Tensor<T>& value) {
+    Node<T>& n = next_node();
+    n.value = const_cast<Tensor<T>*>(&value);  // never written: operations only read their inputs
+    n.grad = &n.own_grad;
+    n.external = true;
+    n.requires_grad = false;
+    n.grad_live = false;
+    n.grad_freed = false;
+    n.name = "view";
+    n.backward = nullptr;
+    return Var<T>(this, static_cast<std::int32_t>(size_ - 1), generation_);
+  }
+
   // A trainable parameter: the node refers to p's value and accumulates into p.grad.
   Var<T> param(Parameter<T>& p) {
     ATTN_CHECK(p.grad.shape() == p.value.shape(), shape_error, "Tape::param: gradient shape ",
