@@ -25,8 +25,15 @@ using Poly2 =
     CausalMha<attn::score::ScaledDot, attn::kernel::Polynomial<2>, attn::projection::Separate>;
 using Linear =
     CausalMha<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::projection::Separate>;
+using Rotary = CausalMha<attn::score::Rotary, attn::kernel::Softmax, attn::projection::Separate>;
+using Alibi = CausalMha<attn::score::Alibi, attn::kernel::Softmax, attn::projection::Separate>;
+using Cosine = CausalMha<attn::score::Cosine, attn::kernel::Softmax, attn::projection::Separate>;
+using Bilinear =
+    CausalMha<attn::score::Bilinear, attn::kernel::Softmax, attn::projection::Separate>;
+using Additive =
+    CausalMha<attn::score::Additive, attn::kernel::Softmax, attn::projection::Separate>;
 using Synthesizer =
-    attn::SynthesizerAttention<attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
+    CausalMha<attn::score::Synthesizer, attn::kernel::Softmax, attn::projection::Separate>;
 template <attn::index_t K>
 using Linformer =
     attn::approx::LinformerAttention<K, attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
@@ -40,6 +47,11 @@ inline const std::map<std::string, std::string>& attention_help() {
       {"poly2", "degree-2 polynomial kernel (q.k/sqrt(d))^2, normalised (materialised weights)"},
       {"linear", "elu(x)+1 feature maps, O(T) causal linear attention"},
       {"synthesizer", "dense synthesizer: scores ReLU(x A + b1) B + b2 from each token alone"},
+      {"rotary", "rotary positions (RoPE): q, k turned by their positions (use --positions none)"},
+      {"alibi", "ALiBi: scaled dot minus a per-head slope times the distance (--positions none)"},
+      {"cosine", "cosine of q and k times a learned per-head scale (query-key normalisation)"},
+      {"bilinear", "bilinear q^T W_h k / sqrt(d), a learned W_h per head (identity at start)"},
+      {"additive", "additive (MLP) score w^T tanh(W1 q + W2 k), materialised weights"},
       {"linformer32", "Linformer: keys and values projected along time to 32 rows (causal)"},
   };
   return help;
@@ -60,6 +72,11 @@ int with_attention(const std::string& name, F&& f) {
   if (name == "poly2") return f.template operator()<Poly2>();
   if (name == "linear") return f.template operator()<Linear>();
   if (name == "synthesizer") return f.template operator()<Synthesizer>();
+  if (name == "rotary") return f.template operator()<Rotary>();
+  if (name == "alibi") return f.template operator()<Alibi>();
+  if (name == "cosine") return f.template operator()<Cosine>();
+  if (name == "bilinear") return f.template operator()<Bilinear>();
+  if (name == "additive") return f.template operator()<Additive>();
   if (name == "linformer32") return f.template operator()<Linformer<32>>();
   throw attn::value_error("unknown attention '" + name + "'");
 }

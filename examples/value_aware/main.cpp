@@ -148,9 +148,7 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
   const index_t block = model.config().block_size;
   const Windows windows = make_windows(val, block, o.windows, o.batch);
 
-  constexpr bool has_probe = requires(Attn & a) {
-    a.probe;
-  };
+  constexpr bool has_probe = approx::approximable<Attn>;
   index_t dh = model.config().d_model / model.config().heads;
   bool softmax = false;
   if constexpr (has_probe)

@@ -5,9 +5,7 @@
 // attn::hull), cuda/ (nvcc only).
 #pragma once
 
-#include "attention/learned_scores.hpp"
 #include "attention/multi_head.hpp"
-#include "attention/synthesizer.hpp"
 #include "autodiff/autodiff.hpp"
 #include "core/error.hpp"
 #include "core/gemm.hpp"

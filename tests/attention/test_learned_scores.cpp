@@ -1,12 +1,13 @@
-// Learned score functions: SynthesizerAttention, BilinearAttention, AdditiveAttention
-// and their ops masked_softmax and additive_scores. Each module against a plain-loop reference of
-// its formula, every gradient against finite differences, decoding with the cache against the full
-// forward pass, empty rows, configuration errors, and a tiny GPT built on each.
+// The scores MultiHeadAttention takes beyond the plain quadratic forms (module_scores.hpp:
+// Bilinear, Rotary, Cosine, Additive, Synthesizer) and the positional one the fused kernel adds
+// (score::Alibi), as the one module: each against a plain-loop reference of its formula (outputs
+// and weights), every gradient (projections, the score's own parameters, the input) against finite
+// differences in double, decoding with the cache against the full pass, grouped-query and tied
+// variants where valid, 1 and 2 threads bitwise. Also their ops (masked_softmax, additive_scores,
+// rotary_rotation, unit_rows), the cache's growth, errors, names, and tiny GPTs on each.
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <attn/attention/learned_scores.hpp>
-#include <attn/attention/synthesizer.hpp>
 #include <attn/attn.hpp>
 #include <cmath>
 #include <limits>
@@ -24,21 +25,16 @@ using attn::Tensor;
 using attn::Var;
 namespace mask = attn::mask;
 namespace nn = attn::nn;
+namespace score = attn::score;
 using Dyn = attn::Heads<attn::dynamic>;
 
-template <class M>
-using Synth = attn::SynthesizerAttention<M, Dyn, double>;
-template <class M>
-using Bilinear = attn::BilinearAttention<M, Dyn, double>;
-template <class M>
-using Additive = attn::AdditiveAttention<M, Dyn, double>;
+template <class S, class M, class P = attn::projection::Separate, class T = double>
+using Mha = attn::MultiHeadAttention<S, attn::kernel::Softmax, M, Dyn, P, T>;
 
 static_assert(nn::AttentionModule<attn::SynthesizerAttention<>>);
 static_assert(nn::AttentionModule<attn::BilinearAttention<>>);
-static_assert(nn::AttentionModule<attn::AdditiveAttention<>>);
-static_assert(nn::AttentionModule<Synth<mask::None>>);
-static_assert(nn::AttentionModule<attn::BilinearAttention<mask::Causal, attn::Heads<4>, double>>);
 static_assert(nn::AttentionModule<attn::AdditiveAttention<mask::Padding, Dyn, float>>);
+static_assert(nn::AttentionModule<Mha<score::Rotary, mask::Causal>>);
 
 namespace {
 
@@ -47,7 +43,7 @@ constexpr double ninf = -std::numeric_limits<double>::infinity();
 using attn::test::check_decode;
 using attn::test::check_gradients;
 
-// ---- plain-loop references ------------------------------------------------------------------
+// ---- the plain-loop reference of the module ----------------------------------------------------
 
 // p.weight · row + p.bias for one input row (PyTorch's Linear), by loops.
 std::vector<double> affine(const attn::ProjectionWeights<double>& p, const double* row) {
@@ -66,89 +62,57 @@ const double* row_of(const Tensor<double>& x, index_t b, index_t i) {
   return x.data() + (b * x.shape()[1] + i) * x.shape()[2];
 }
 
-// The attention formula by loops: for every (b, h, i), the scores s_j = score(b, h, i, j) of the
-// allowed keys, w = softmax(s) (all 0 when no key is allowed), o_h = Σ_j w_j v_j with
-// v_j = v_proj(m_j) restricted to head h, heads side by side, then out_proj.
-template <class Mask, class Score>
-Tensor<double> reference(const Tensor<double>& x, const Tensor<double>& m, index_t H,
-                         const Mask& mask, Score&& score,
-                         const attn::ProjectionWeights<double>& v_proj,
-                         const attn::ProjectionWeights<double>& out_proj, Tensor<double>& weights) {
+// The module by its formula, in loops: q_i = q_proj(x_i), k_j = k_proj(m_j) (q_proj when tied;
+// none for a key-free score), v_j = v_proj(m_j), split into heads (query head h reads key/value
+// head h / (H / Hk)); s_ij = the score's own literal formula (score_reference) at positions
+// i + Tk − Tq and j; w = softmax over the allowed keys (0 when none); o_h = Σ_j w_ij v_j; then
+// out_proj of the heads side by side.
+template <class Module, class Mask>
+Tensor<double> module_reference(Module& mod, const Tensor<double>& x, const Tensor<double>& m,
+                                const Mask& mask, Tensor<double>& weights) {
+  using S = typename Module::score_type;
+  constexpr bool key_free = attn::score_form<S>() == attn::ScoreForm::key_free;
   const index_t B = x.shape()[0], Tq = x.shape()[1], D = x.shape()[2], Tk = m.shape()[1];
-  const index_t Dh = D / H;
+  const index_t H = mod.heads(), Dh = mod.head_dim(), G = H / mod.kv_heads();
   Tensor<double> y(Shape{B, Tq, D});
   weights = Tensor<double>(Shape{B, H, Tq, Tk});
-  for (index_t b = 0; b < B; ++b)
+  for (index_t b = 0; b < B; ++b) {
+    std::vector<std::vector<double>> q, k, v;
+    for (index_t i = 0; i < Tq; ++i) q.push_back(affine(mod.q_proj, row_of(x, b, i)));
+    for (index_t j = 0; j < Tk; ++j) {
+      if (!key_free) k.push_back(affine(Module::tied ? mod.q_proj : mod.k_proj, row_of(m, b, j)));
+      v.push_back(affine(mod.v_proj, row_of(m, b, j)));
+    }
     for (index_t i = 0; i < Tq; ++i) {
       std::vector<double> merged(static_cast<std::size_t>(D), 0.0);
       for (index_t h = 0; h < H; ++h) {
+        const index_t hk = h / G;
         std::vector<double> s(static_cast<std::size_t>(Tk), ninf);
         double mx = ninf;
-        for (index_t j = 0; j < Tk; ++j)
-          if (mask.allowed(b, i, j, Tq, Tk)) {
-            s[static_cast<std::size_t>(j)] = score(b, h, i, j);
-            mx = std::max(mx, s[static_cast<std::size_t>(j)]);
-          }
+        for (index_t j = 0; j < Tk; ++j) {
+          if (!mask.allowed(b, i, j, Tq, Tk)) continue;
+          const double* kj = key_free ? nullptr : k[static_cast<std::size_t>(j)].data() + hk * Dh;
+          s[static_cast<std::size_t>(j)] = attn::score_reference(
+              mod.score, mod.score_params, h, H, q[static_cast<std::size_t>(i)].data() + h * Dh, kj,
+              Dh, i + Tk - Tq, j);
+          mx = std::max(mx, s[static_cast<std::size_t>(j)]);
+        }
         if (mx == ninf) continue;  // no allowed key: weights and output 0
         double z = 0;
         for (index_t j = 0; j < Tk; ++j) z += std::exp(s[static_cast<std::size_t>(j)] - mx);
         for (index_t j = 0; j < Tk; ++j) {
           const double w = std::exp(s[static_cast<std::size_t>(j)] - mx) / z;
           weights(b, h, i, j) = w;
-          const std::vector<double> v = affine(v_proj, row_of(m, b, j));
           for (index_t d = 0; d < Dh; ++d)
             merged[static_cast<std::size_t>(h * Dh + d)] +=
-                w * v[static_cast<std::size_t>(h * Dh + d)];
+                w * v[static_cast<std::size_t>(j)][static_cast<std::size_t>(hk * Dh + d)];
         }
       }
-      const std::vector<double> out = affine(out_proj, merged.data());
+      const std::vector<double> out = affine(mod.out_proj, merged.data());
       for (index_t d = 0; d < D; ++d) y(b, i, d) = out[static_cast<std::size_t>(d)];
     }
+  }
   return y;
-}
-
-// Synthesizer: s = Σ_d ReLU(w1(x_i))[h·Dh + d] w2[h, d, j] + b2[j].
-template <class M>
-auto synthesizer_score(Synth<M>& mod, const Tensor<double>& x) {
-  return [&mod, &x](index_t b, index_t h, index_t i, index_t j) {
-    const index_t dh = mod.head_dim();
-    const std::vector<double> a = affine(mod.w1, row_of(x, b, i));
-    double s = mod.config().bias ? mod.b2.value[j] : 0.0;
-    for (index_t d = 0; d < dh; ++d)
-      s += std::max(0.0, a[static_cast<std::size_t>(h * dh + d)]) * mod.w2.value(h, d, j);
-    return s;
-  };
-}
-
-// Bilinear: s = Σ_{d,e} q_i[d] W_h[d, e] k_j[e] / √Dh.
-template <class M>
-auto bilinear_score(Bilinear<M>& mod, const Tensor<double>& x, const Tensor<double>& m) {
-  return [&mod, &x, &m](index_t b, index_t h, index_t i, index_t j) {
-    const index_t dh = mod.head_dim();
-    const std::vector<double> q = affine(mod.q_proj, row_of(x, b, i));
-    const std::vector<double> k = affine(mod.k_proj, row_of(m, b, j));
-    double s = 0;
-    for (index_t d = 0; d < dh; ++d)
-      for (index_t e = 0; e < dh; ++e)
-        s += q[static_cast<std::size_t>(h * dh + d)] * mod.bilinear_weight.value(h, d, e) *
-             k[static_cast<std::size_t>(h * dh + e)];
-    return s / std::sqrt(double(dh));
-  };
-}
-
-// Additive: s = Σ_d w_h[d] tanh(a_i[d] + c_j[d]), a = q_proj(x_i), c = k_proj(m_j) per head.
-template <class M>
-auto additive_score(Additive<M>& mod, const Tensor<double>& x, const Tensor<double>& m) {
-  return [&mod, &x, &m](index_t b, index_t h, index_t i, index_t j) {
-    const index_t dh = mod.head_dim();
-    const std::vector<double> a = affine(mod.q_proj, row_of(x, b, i));
-    const std::vector<double> c = affine(mod.k_proj, row_of(m, b, j));
-    double s = 0;
-    for (index_t d = 0; d < dh; ++d)
-      s += mod.score_weight.value(h, d) * std::tanh(a[static_cast<std::size_t>(h * dh + d)] +
-                                                    c[static_cast<std::size_t>(h * dh + d)]);
-    return s;
-  };
 }
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -163,42 +127,255 @@ attn::MultiHeadConfig config(index_t d, index_t h, index_t max_length = 0, doubl
   return c;
 }
 
-// Every parameter (biases and the identity W_h too) ~ N(0, scale²), so no term of a formula hides.
+// Every parameter (biases, the identity W_h, the cosine scale too) ~ N(0, scale²), so no term of a
+// formula hides.
 template <class Module>
 void randomize(Module& mod, std::uint64_t seed, double scale = 0.5) {
   attn::Rng rng(seed);
-  mod.for_each_parameter([&](const std::string&, attn::Parameter<double>& p) {
-    p.value = Tensor<double>::randn(p.value.shape(), rng, 0.0, scale);
+  using T = typename Module::value_type;
+  mod.for_each_parameter([&](const std::string&, attn::Parameter<T>& p) {
+    p.value = Tensor<T>::randn(p.value.shape(), rng, 0.0, scale);
   });
 }
 
 template <class Module>
 std::vector<std::string> names_of(Module& mod) {
   std::vector<std::string> names;
-  mod.for_each_parameter(
-      [&](const std::string& n, attn::Parameter<double>&) { names.push_back(n); });
+  mod.for_each_parameter([&](const std::string& n, auto&) { names.push_back(n); });
   return names;
 }
 
-// The module's output and weights next to the reference's, compared to 1e-10.
-// Cross = true: queries from x, keys and values from m; otherwise self-attention on x (m = x).
-template <bool Cross = false, class Module, class Mask, class Score>
+// The module's output (with and without asking for the weights) and weights next to the
+// reference's, to 1e-10. Cross = true: queries from x, keys and values from m.
+template <bool Cross = false, class Module, class Mask>
 void check_reference(Module& mod, const Tensor<double>& x, const Tensor<double>& m,
-                     const Mask& mask, Score&& score) {
+                     const Mask& mask) {
   Tape<double> tape;
   Tensor<double> weights, ref_weights;
-  Tensor<double> got;
-  if constexpr (Cross)
+  Tensor<double> got, plain;
+  if constexpr (Cross) {
     got = mod(tape.leaf(x), tape.leaf(m), mask, &weights).value();
-  else
+    plain = mod(tape.leaf(x), tape.leaf(m), mask).value();
+  } else {
     got = mod(tape.leaf(x), mask, &weights).value();
-  const Tensor<double> want =
-      reference(x, m, mod.heads(), mask, score, mod.v_proj, mod.out_proj, ref_weights);
+    plain = mod(tape.leaf(x), mask).value();
+  }
+  const Tensor<double> want = module_reference(mod, x, Cross ? m : x, mask, ref_weights);
   CHECK(attn::max_abs_diff(got, want) < 1e-10);
+  CHECK(attn::max_abs_diff(plain, want) < 1e-10);
   CHECK(attn::max_abs_diff(weights, ref_weights) < 1e-10);
 }
 
+// Forward and backward of a float module once with one thread and once with two: outputs and
+// every gradient bitwise equal.
+template <class Module>
+void check_threads(Module& mod, const Tensor<float>& x) {
+  auto run = [&](int threads) {
+    attn::set_num_threads(threads);
+    mod.for_each_parameter([](const std::string&, attn::Parameter<float>& p) { p.zero_grad(); });
+    Tape<float> tape;
+    const Var<float> xv = tape.leaf(x, true);
+    const Var<float> y = mod(xv);
+    tape.backward(attn::sum(y * y));
+    std::vector<Tensor<float>> out{y.value(), xv.grad()};
+    mod.for_each_parameter(
+        [&](const std::string&, attn::Parameter<float>& p) { out.push_back(p.grad); });
+    return out;
+  };
+  const int saved = attn::num_threads();
+  const auto one = run(1), two = run(2);
+  attn::set_num_threads(saved);
+  REQUIRE(one.size() == two.size());
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    CAPTURE(i);
+    CHECK(attn::max_abs_diff(one[i], two[i]) == 0.0);
+  }
+}
+
 }  // namespace
+
+// ---- every score, the same checks ---------------------------------------------------------------
+
+// Adding a score: one struct in module_scores.hpp (or score.hpp) and its name in this list.
+TEST_CASE_TEMPLATE(
+    "each score: the module equals its formula, its gradients finite differences, "
+    "decoding the full pass, threads bitwise",
+    S, score::Bilinear, score::Rotary, score::Cosine, score::Additive, score::Synthesizer,
+    score::Alibi) {
+  constexpr bool key_free = attn::score_form<S>() == attn::ScoreForm::key_free;
+  attn::Rng rng(4);
+  const Tensor<double> x = Tensor<double>::randn({2, 6, 8}, rng);
+  const Tensor<double> m = Tensor<double>::randn({2, 4, 8}, rng);
+  const mask::Padding pad(std::vector<index_t>{4, 0});  // batch entry 1 sees no key at all
+  const attn::MultiHeadConfig c = config(8, 2, 9);
+  attn::MultiHeadConfig grouped = config(8, 4, 9);
+  grouped.kv_heads = 2;
+
+  SUBCASE("the formula: causal, padding, grouped-query, cross-attention, tied") {
+    Mha<S, mask::Causal> causal(c);
+    randomize(causal, 10);
+    check_reference(causal, x, x, mask::Causal{});
+    Mha<S, mask::Padding> padded(c);
+    randomize(padded, 11);
+    check_reference(padded, x, x, pad);
+    Mha<S, mask::Causal> gqa(grouped);
+    randomize(gqa, 12);
+    check_reference(gqa, x, x, mask::Causal{});
+    if constexpr (!key_free) {
+      Mha<S, mask::None> cross(c);  // Tq = 6 queries, Tk = 4 keys: positions end-aligned
+      randomize(cross, 13);
+      check_reference<true>(cross, x, m, mask::None{});
+      Mha<S, mask::Causal, attn::projection::Tied> tied(c);
+      randomize(tied, 14);
+      check_reference(tied, x, x, mask::Causal{});
+    }
+  }
+  SUBCASE("gradients of every parameter and of the input, by finite differences") {
+    const Tensor<double> xs = Tensor<double>::randn({2, 4, 8}, rng);
+    Mha<S, mask::Causal> causal(c);
+    randomize(causal, 20);
+    check_gradients(causal, xs, [&](const Var<double>& v) { return causal(v); });
+    Mha<S, mask::Causal> gqa(grouped);
+    randomize(gqa, 21);
+    check_gradients(gqa, xs, [&](const Var<double>& v) { return gqa(v); });
+    if constexpr (!key_free) {
+      Mha<S, mask::None> cross(c);
+      randomize(cross, 22);
+      check_gradients(cross, xs, [&](const Var<double>& v) {
+        return cross(v, v.tape().leaf(m), mask::None{});
+      });
+      Mha<S, mask::Causal, attn::projection::Tied> tied(c);
+      randomize(tied, 23);
+      check_gradients(tied, xs, [&](const Var<double>& v) { return tied(v); });
+    }
+  }
+  SUBCASE("decoding with the cache equals the full pass") {
+    Mha<S, mask::Causal> causal(c);
+    randomize(causal, 30);
+    check_decode(causal, x);
+    Mha<S, mask::Causal> gqa(grouped);
+    randomize(gqa, 31);
+    check_decode(gqa, x);
+    if constexpr (!key_free) {
+      Mha<S, mask::Causal, attn::projection::Tied> tied(c);
+      randomize(tied, 32);
+      check_decode(tied, x);
+    }
+  }
+  SUBCASE("a query with no allowed key: output 0, gradients 0 and finite") {
+    attn::MultiHeadConfig nb = c;
+    nb.bias = false;  // so that "attention output 0" is "module output 0"
+    Mha<S, mask::Padding> mod(nb);
+    randomize(mod, 40);
+    Tape<double> tape;
+    const Var<double> xv = tape.leaf(x, true);
+    const Var<double> y = mod(xv, pad);
+    tape.backward(attn::sum(y * y + y));
+    for (index_t k = 48; k < 96; ++k) {
+      CHECK(y.value()[k] == 0.0);
+      CHECK(xv.grad()[k] == 0.0);
+    }
+    for (const double g : xv.grad()) CHECK(std::isfinite(g));
+    mod.for_each_parameter([&](const std::string& name, attn::Parameter<double>& p) {
+      INFO(name);
+      for (const double g : p.grad) CHECK(std::isfinite(g));
+    });
+  }
+  SUBCASE("one and two threads give the same bits") {
+    attn::MultiHeadConfig big = config(32, 4, 64, 0.3);
+    big.kv_heads = 2;
+    Mha<S, mask::Causal, attn::projection::Separate, float> mod(big);
+    randomize(mod, 50, 0.3);
+    check_threads(mod, Tensor<float>::randn({4, 64, 32}, rng));
+  }
+}
+
+// ---- specifics of the scores ----------------------------------------------------------------
+
+TEST_CASE("score::Bilinear with W_h = I (its initialisation) is ScaledDot attention") {
+  attn::Rng rng(5);
+  const Tensor<double> x = Tensor<double>::randn({2, 7, 8}, rng);
+  const attn::MultiHeadConfig c = config(8, 2);
+  attn::BilinearAttention<mask::Causal, Dyn, double> bilinear(c);
+  Mha<score::ScaledDot, mask::Causal> mha(c);
+  Tape<double> tape;
+  CHECK(attn::max_abs_diff(bilinear(tape.leaf(x)).value(), mha(tape.leaf(x)).value()) < 1e-12);
+}
+
+TEST_CASE("score::Alibi: the paper's slopes") {
+  // 8 heads: 1/2, 1/4, ..., 1/256 (the geometric sequence from 2^(-8/8)).
+  for (index_t h = 0; h < 8; ++h)
+    CHECK(score::Alibi::slope(h, 8) == std::ldexp(1.0, -static_cast<int>(h) - 1));
+  // 6 heads (not a power of two): the 4 slopes of 4 heads, then every other slope of 8 heads.
+  const double six[] = {0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125};
+  for (index_t h = 0; h < 6; ++h) CHECK(score::Alibi::slope(h, 6) == six[h]);
+  CHECK(score::Alibi{}.position_bias(1, 8)(3) == -0.75);
+  CHECK(score::Alibi{}.position_bias(1, 8)(-3) == -0.75);  // symmetric without a causal mask
+}
+
+TEST_CASE("score::Rotary: scores depend on the relative position only; the head width is even") {
+  const score::Rotary rotary;
+  const attn::score_params_t<score::Rotary, double> none{};
+  const double q[] = {0.3, -1.2, 0.7, 0.4}, k[] = {-0.5, 0.9, 1.1, -0.2};
+  const double s = rotary.reference(none, 0, 1, q, k, 4, 7, 3);
+  CHECK(rotary.reference(none, 0, 1, q, k, 4, 104, 100) == doctest::Approx(s).epsilon(1e-12));
+  CHECK(std::abs(rotary.reference(none, 0, 1, q, k, 4, 8, 3) - s) > 1e-3);
+  CHECK(attn::test::message_of<attn::value_error>([] {
+          Mha<score::Rotary, mask::Causal> odd(config(6, 2));
+        }).find("score::Rotary: the head width d_model / heads = 3 must be even") !=
+        std::string::npos);
+}
+
+TEST_CASE("rotary_rotation and unit_rows: values and gradients by finite differences") {
+  attn::Rng rng(6);
+  const Tensor<double> x = Tensor<double>::randn({2, 3, 4, 6}, rng);
+  const Tensor<double> g = Tensor<double>::randn({3}, rng);
+  const Tensor<double> r = Tensor<double>::randn({2, 3, 4, 6}, rng);
+  Tape<double> tape;
+  // Rotation keeps lengths and turns pair c of row t by (p0 + t) θ_c.
+  const Tensor<double> y = attn::rotary_rotation(tape.leaf(x), 5, 100.0).value();
+  for (index_t c = 0; c < 3; ++c) {
+    const double angle = (5 + 2) * std::pow(100.0, -2.0 * double(c) / 6.0);
+    CHECK(y(1, 2, 2, 2 * c) == doctest::Approx(x(1, 2, 2, 2 * c) * std::cos(angle) -
+                                               x(1, 2, 2, 2 * c + 1) * std::sin(angle)));
+    CHECK(y(1, 2, 2, 2 * c + 1) == doctest::Approx(x(1, 2, 2, 2 * c) * std::sin(angle) +
+                                                   x(1, 2, 2, 2 * c + 1) * std::cos(angle)));
+  }
+  const attn::GradientCheck rot = attn::check_gradient(
+      [&](const std::vector<Var<double>>& v) {
+        return attn::sum(attn::rotary_rotation(v[0], 3) * v[0].tape().leaf(r));
+      },
+      {x});
+  INFO(rot.report());
+  CHECK(rot.ok);
+  const attn::GradientCheck unit = attn::check_gradient(
+      [&](const std::vector<Var<double>>& v) {
+        return attn::sum(attn::unit_rows(v[0], &v[1]) * v[0].tape().leaf(r));
+      },
+      {x, g});
+  INFO(unit.report());
+  CHECK(unit.ok);
+  // A zero row stays zero (no NaN), and passes the gradient g dy / ε.
+  Tensor<double> z = x;
+  for (index_t c = 0; c < 6; ++c) z(0, 1, 2, c) = 0.0;
+  const Var<double> zv = tape.leaf(z, true);
+  const Var<double> u = attn::unit_rows(zv);
+  tape.backward(attn::sum(u * tape.leaf(r)));
+  for (index_t c = 0; c < 6; ++c) CHECK(u.value()(0, 1, 2, c) == 0.0);
+  for (const double v : zv.grad()) CHECK(std::isfinite(v));
+  CHECK(attn::test::message_of<attn::shape_error>([&] {
+          attn::rotary_rotation(tape.leaf(Tensor<double>(Shape{1, 1, 2, 3})), 0);
+        }).find("the head width must be even") != std::string::npos);
+}
+
+TEST_CASE("score::Cosine: the scale starts at sqrt(Dh) and bounds the scores") {
+  Mha<score::Cosine, mask::Causal> mod(config(8, 2));
+  REQUIRE(mod.score_params.cosine_scale.shape() == Shape{2});
+  CHECK(mod.score_params.cosine_scale.value[0] == doctest::Approx(2.0));
+  const double q[] = {3.0, 4.0, 0.0, 0.0}, k[] = {0.0, 10.0, 0.0, 0.0}, zero[] = {0, 0, 0, 0};
+  CHECK(mod.score.reference(mod.score_params, 1, 2, q, k, 4, 0, 0) == doctest::Approx(1.6));
+  CHECK(mod.score.reference(mod.score_params, 1, 2, q, zero, 4, 0, 0) == 0.0);
+}
 
 // ---- the ops --------------------------------------------------------------------------------
 
@@ -263,13 +440,13 @@ TEST_CASE("masked_softmax: values, empty rows, gradients by finite differences")
   }
 }
 
-TEST_CASE("additive_scores: values and gradients by finite differences") {
+TEST_CASE("additive_scores: values and gradients by finite differences, grouped key heads") {
   attn::Rng rng(2);
   const Tensor<double> a = Tensor<double>::randn({2, 2, 3, 4}, rng);
-  const Tensor<double> c = Tensor<double>::randn({2, 2, 5, 4}, rng);
   const Tensor<double> w = Tensor<double>::randn({2, 4}, rng);
   const Tensor<double> r = Tensor<double>::randn({2, 2, 3, 5}, rng);
-  auto check = [&](const auto& m) {
+  auto check = [&](const Tensor<double>& c, const auto& m) {
+    const index_t group = 2 / c.shape()[1];
     Tape<double> tape;
     const Tensor<double> s =
         attn::additive_scores(tape.leaf(a), tape.leaf(c), tape.leaf(w), m).value();
@@ -281,7 +458,7 @@ TEST_CASE("additive_scores: values and gradients by finite differences") {
             double want = 0;
             if (m.allowed(b, i, j, 3, 5))
               for (index_t d = 0; d < 4; ++d)
-                want += w(h, d) * std::tanh(a(b, h, i, d) + c(b, h, j, d));
+                want += w(h, d) * std::tanh(a(b, h, i, d) + c(b, h / group, j, d));
             CHECK(std::abs(s(b, h, i, j) - want) < 1e-14);
           }
     const attn::GradientCheck gc = attn::check_gradient(
@@ -292,168 +469,47 @@ TEST_CASE("additive_scores: values and gradients by finite differences") {
     INFO(gc.report());
     CHECK(gc.ok);
   };
-  check(attn::detail::AllPairs{});
-  check(mask::Causal{});
+  const Tensor<double> c2 = Tensor<double>::randn({2, 2, 5, 4}, rng);
+  const Tensor<double> c1 = Tensor<double>::randn({2, 1, 5, 4}, rng);  // one key head for two
+  check(c2, attn::detail::AllPairs{});
+  check(c2, mask::Causal{});
+  check(c1, mask::Causal{});
   Tape<double> tape;
   CHECK(attn::test::message_of<attn::shape_error>([&] {
-          attn::additive_scores(tape.leaf(a), tape.leaf(c), tape.leaf(Tensor<double>({2, 3})));
+          attn::additive_scores(tape.leaf(a), tape.leaf(c2), tape.leaf(Tensor<double>({2, 3})));
         }).find("additive_scores: shapes do not fit together") != std::string::npos);
 }
 
-// ---- the modules against their formulas ------------------------------------------------------
+// ---- the cache --------------------------------------------------------------------------------
 
-TEST_CASE("each module equals a plain-loop reference of its formula") {
-  attn::Rng rng(4);
-  const Tensor<double> x = Tensor<double>::randn({2, 5, 6}, rng);
-  const Tensor<double> m = Tensor<double>::randn({2, 4, 6}, rng);
-  const mask::Padding pad(std::vector<index_t>{3, 5});
-  SUBCASE("SynthesizerAttention") {
-    Synth<mask::Causal> causal(config(6, 2, 7));
-    randomize(causal, 10);
-    check_reference(causal, x, x, mask::Causal{}, synthesizer_score(causal, x));
-    Synth<mask::None> none(config(6, 3, 5));
-    randomize(none, 11);
-    check_reference(none, x, x, mask::None{}, synthesizer_score(none, x));
-    Synth<mask::Padding> padded(config(6, 2, 9));
-    randomize(padded, 12);
-    check_reference(padded, x, x, pad, synthesizer_score(padded, x));
-    attn::MultiHeadConfig c = config(6, 2, 5);
-    c.bias = false;
-    Synth<mask::Causal> plain(c);
-    randomize(plain, 13);
-    check_reference(plain, x, x, mask::Causal{}, synthesizer_score(plain, x));
+TEST_CASE("KVCache: grows by doubling, keeps what it holds, refuses a cache of another shape") {
+  attn::KVCache<float> cache;
+  attn::Rng rng(3);
+  std::vector<Tensor<float>> steps;
+  std::vector<index_t> capacities;
+  const float* storage = nullptr;
+  int moves = 0;
+  for (int t = 0; t < 9; ++t) {
+    steps.push_back(Tensor<float>::randn({2, 3, 1, 4}, rng));
+    cache.append(steps.back(), steps.back(), "test");
+    if (cache.key_storage().data() != storage) ++moves;
+    storage = cache.key_storage().data();
+    capacities.push_back(cache.capacity());
   }
-  SUBCASE("BilinearAttention") {
-    Bilinear<mask::Causal> causal(config(6, 2));
-    randomize(causal, 20);
-    check_reference(causal, x, x, mask::Causal{}, bilinear_score(causal, x, x));
-    Bilinear<mask::None> cross(config(6, 3));
-    randomize(cross, 21);
-    check_reference<true>(cross, x, m, mask::None{}, bilinear_score(cross, x, m));
-    Bilinear<mask::Padding> padded(config(6, 2));
-    randomize(padded, 22);
-    check_reference(padded, x, x, pad, bilinear_score(padded, x, x));
-  }
-  SUBCASE("AdditiveAttention") {
-    Additive<mask::Causal> causal(config(6, 2));
-    randomize(causal, 30);
-    check_reference(causal, x, x, mask::Causal{}, additive_score(causal, x, x));
-    Additive<mask::None> cross(config(6, 3));
-    randomize(cross, 31);
-    check_reference<true>(cross, x, m, mask::None{}, additive_score(cross, x, m));
-    Additive<mask::Padding> padded(config(6, 2));
-    randomize(padded, 32);
-    check_reference(padded, x, x, pad, additive_score(padded, x, x));
-  }
-}
-
-TEST_CASE("BilinearAttention with W_h = I (its initialisation) is scaled-dot MultiHeadAttention") {
-  attn::Rng rng(5);
-  const Tensor<double> x = Tensor<double>::randn({2, 7, 8}, rng);
-  const attn::MultiHeadConfig c = config(8, 2);
-  Bilinear<mask::Causal> bilinear(c);
-  attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, mask::Causal, Dyn,
-                           attn::projection::Separate, double>
-      mha(c);
-  Tape<double> tape;
-  CHECK(attn::max_abs_diff(bilinear(tape.leaf(x)).value(), mha(tape.leaf(x)).value()) < 1e-12);
-}
-
-// ---- gradients ------------------------------------------------------------------------------
-
-TEST_CASE("every parameter's gradient (and the input's) by finite differences") {
-  attn::Rng rng(6);
-  const Tensor<double> x = Tensor<double>::randn({2, 4, 4}, rng);
-  const Tensor<double> m = Tensor<double>::randn({2, 3, 4}, rng);
-  SUBCASE("SynthesizerAttention") {
-    // max_length 5 > T = 4: the unused column of w2 and b2 must get gradient 0.
-    Synth<mask::Causal> causal(config(4, 2, 5));
-    randomize(causal, 40);
-    check_gradients(causal, x, [&](const Var<double>& v) { return causal(v); });
-    Synth<mask::None> none(config(4, 1, 4));
-    randomize(none, 41);
-    check_gradients(none, x, [&](const Var<double>& v) { return none(v); });
-  }
-  SUBCASE("BilinearAttention") {
-    Bilinear<mask::Causal> causal(config(4, 2));
-    randomize(causal, 42);
-    check_gradients(causal, x, [&](const Var<double>& v) { return causal(v); });
-    Bilinear<mask::None> cross(config(4, 2));
-    randomize(cross, 43);
-    check_gradients(cross, x,
-                    [&](const Var<double>& v) { return cross(v, v.tape().leaf(m), mask::None{}); });
-  }
-  SUBCASE("AdditiveAttention") {
-    Additive<mask::Causal> causal(config(4, 2));
-    randomize(causal, 44);
-    check_gradients(causal, x, [&](const Var<double>& v) { return causal(v); });
-    Additive<mask::None> cross(config(4, 2));
-    randomize(cross, 45);
-    check_gradients(cross, x,
-                    [&](const Var<double>& v) { return cross(v, v.tape().leaf(m), mask::None{}); });
-  }
-}
-
-TEST_CASE("a query with no allowed key gives output 0 and gradient 0, never NaN") {
-  attn::Rng rng(7);
-  const Tensor<double> x = Tensor<double>::randn({2, 3, 4}, rng);
-  const mask::Padding pad(std::vector<index_t>{3, 0});  // batch entry 1 sees no key at all
-  attn::MultiHeadConfig c = config(4, 2, 3);
-  c.bias = false;  // so that "attention output 0" is "module output 0"
-  auto check = [&](auto& mod) {
-    Tape<double> tape;
-    const Var<double> xv = tape.leaf(x, true);
-    Tensor<double> weights;
-    const Var<double> y = mod(xv, pad, &weights);
-    tape.backward(attn::sum(y * y + y));
-    for (index_t k = 12; k < 24; ++k) {
-      CHECK(y.value()[k] == 0.0);
-      CHECK(xv.grad()[k] == 0.0);
-    }
-    for (index_t k = 18; k < 36; ++k) CHECK(weights[k] == 0.0);
-    for (index_t k = 0; k < 24; ++k) CHECK(std::isfinite(xv.grad()[k]));
-    mod.for_each_parameter([&](const std::string& name, attn::Parameter<double>& p) {
-      INFO(name);
-      for (const double g : p.grad) CHECK(std::isfinite(g));
-    });
-  };
-  Synth<mask::Padding> synth(c);
-  check(synth);
-  Bilinear<mask::Padding> bilinear(c);
-  check(bilinear);
-  Additive<mask::Padding> additive(c);
-  check(additive);
-}
-
-// ---- decoding -------------------------------------------------------------------------------
-
-TEST_CASE("decoding with the cache equals the last rows of the full forward pass") {
-  attn::Rng rng(8);
-  const Tensor<double> x = Tensor<double>::randn({2, 6, 6}, rng);
-  SUBCASE("SynthesizerAttention: no keys, cache.k is [B, H, L, 0]") {
-    Synth<mask::Causal> synth(config(6, 3, 8));
-    randomize(synth, 50);
-    check_decode(synth, x);
-    attn::KVCache<double> cache;
-    Tape<double> tape;
-    synth.decode(tape.leaf(x), cache);
-    CHECK(cache.k.shape() == Shape{2, 3, 6, 0});
-    CHECK(cache.v.shape() == Shape{2, 3, 6, 2});
-    CHECK(cache.length() == 6);
-    CHECK(attn::test::message_of<attn::shape_error>([&] {
-            synth.decode(tape.leaf(Tensor<double>(Shape{2, 3, 6})), cache);
-          }).find("positions 6..8 exceed config.max_length = 8") != std::string::npos);
-  }
-  SUBCASE("BilinearAttention") {
-    Bilinear<mask::Causal> bilinear(config(6, 2));
-    randomize(bilinear, 51);
-    check_decode(bilinear, x);
-  }
-  SUBCASE("AdditiveAttention") {
-    Additive<mask::Causal> additive(config(6, 2));
-    randomize(additive, 52);
-    check_decode(additive, x);
-  }
+  CHECK(capacities == std::vector<index_t>{1, 2, 4, 4, 8, 8, 8, 8, 16});
+  CHECK(moves == 5);  // a new buffer only when the capacity doubles
+  const Tensor<float> k = cache.keys();
+  REQUIRE(k.shape() == Shape{2, 3, 9, 4});
+  for (index_t t = 0; t < 9; ++t)
+    for (index_t bh = 0; bh < 6; ++bh)
+      for (index_t d = 0; d < 4; ++d)
+        CHECK(k[(bh * 9 + t) * 4 + d] == steps[static_cast<std::size_t>(t)][bh * 4 + d]);
+  CHECK(attn::test::message_of<attn::shape_error>([&] {
+          cache.append(Tensor<float>(Shape{2, 2, 1, 4}), Tensor<float>(Shape{2, 2, 1, 4}), "Mod");
+        }).find("Mod::decode: the cache holds keys [2, 3, 9, 4] that do not fit") !=
+        std::string::npos);
+  cache.clear();
+  CHECK(cache.length() == 0);
 }
 
 // ---- configuration ----------------------------------------------------------------------------
@@ -462,27 +518,26 @@ TEST_CASE("configuration and input errors name the problem") {
   using attn::test::message_of;
   attn::MultiHeadConfig c = config(6, 2, 0);
   CHECK(message_of<attn::value_error>([&] {
-          Synth<mask::Causal> s(c);
-        }).find("config.max_length must be positive") != std::string::npos);
+          attn::SynthesizerAttention<mask::Causal, Dyn, double> s(c);
+        }).find("score::Synthesizer: config.max_length must be positive") != std::string::npos);
   c.max_length = 4;
-  Synth<mask::Causal> synth(c);
+  attn::SynthesizerAttention<mask::Causal, Dyn, double> synth(c);
   Tape<double> tape;
   CHECK(message_of<attn::shape_error>([&] {
           synth(tape.leaf(Tensor<double>(Shape{1, 5, 6})));
-        }).find("has 5 positions, more than config.max_length = 4") != std::string::npos);
+        }).find("5 key positions, more than config.max_length = 4") != std::string::npos);
   CHECK(message_of<attn::shape_error>([&] {
           synth(tape.leaf(Tensor<double>(Shape{1, 3, 5})));
         }).find("x must be [B, T, 6]") != std::string::npos);
+  attn::KVCache<double> full;
+  synth.decode(tape.leaf(Tensor<double>(Shape{2, 3, 6})), full);
+  CHECK(message_of<attn::shape_error>([&] {
+          synth.decode(tape.leaf(Tensor<double>(Shape{2, 2, 6})), full);
+        }).find("5 key positions, more than config.max_length = 4") != std::string::npos);
   c.d_model = 7;
   CHECK(message_of<attn::value_error>([&] {
-          Synth<mask::Causal> s(c);
+          attn::AdditiveAttention<mask::None, Dyn, double> s(c);
         }).find("d_model 7 must be divisible by the head count 2") != std::string::npos);
-  CHECK(message_of<attn::value_error>([&] {
-          Bilinear<mask::None> s(c);
-        }).find("BilinearAttention: d_model 7 must be divisible") != std::string::npos);
-  CHECK(message_of<attn::value_error>([&] {
-          Additive<mask::None> s(c);
-        }).find("AdditiveAttention: d_model 7 must be divisible") != std::string::npos);
   c = config(6, 2, 4);
   CHECK(message_of<attn::value_error>([&] {
           attn::SynthesizerAttention<mask::Causal, attn::Heads<3>, double> s(c);
@@ -490,22 +545,14 @@ TEST_CASE("configuration and input errors name the problem") {
   c.heads = 0;
   attn::SynthesizerAttention<mask::Causal, attn::Heads<3>, double> fixed(c);  // heads from the type
   CHECK(fixed.heads() == 3);
-  CHECK(fixed.w2.shape() == Shape{3, 2, 4});
-  CHECK(message_of<attn::value_error>([&] {
-          Bilinear<mask::None> s(c);
-        }).find("head count must be positive") != std::string::npos);
+  CHECK(fixed.score_params.w2.shape() == Shape{3, 2, 4});
   c.heads = 2;
-  c.kv_heads = 1;
-  CHECK(message_of<attn::value_error>([&] {
-          Additive<mask::None> s(c);
-        }).find("grouped key/value heads are not supported") != std::string::npos);
-  c.kv_heads = 0;
   c.dropout = 1.0;
   CHECK(message_of<attn::value_error>([&] {
-          Bilinear<mask::None> s(c);
+          attn::BilinearAttention<mask::None, Dyn, double> s(c);
         }).find("dropout 1 outside [0, 1)") != std::string::npos);
   c.dropout = 0;
-  Bilinear<mask::None> bilinear(c);
+  attn::BilinearAttention<mask::None, Dyn, double> bilinear(c);
   CHECK(message_of<attn::shape_error>([&] {
           bilinear(tape.leaf(Tensor<double>(Shape{2, 3, 6})),
                    tape.leaf(Tensor<double>(Shape{1, 3, 6})), mask::None{});
@@ -515,35 +562,41 @@ TEST_CASE("configuration and input errors name the problem") {
   bilinear.decode(tape.leaf(Tensor<double>(Shape{2, 1, 6})), cache);
   CHECK(message_of<attn::shape_error>([&] {
           synth.decode(tape.leaf(Tensor<double>(Shape{2, 1, 6})), cache);
-        }).find("does not fit the new positions") != std::string::npos);
+        }).find("that do not fit the new positions") != std::string::npos);
 }
 
-TEST_CASE("parameter names, shapes and dropout") {
+TEST_CASE("parameter names and shapes (checkpoints of the earlier modules load) and dropout") {
   const attn::MultiHeadConfig c = config(6, 2, 5);
-  Synth<mask::Causal> synth(c);
+  attn::SynthesizerAttention<mask::Causal, Dyn, double> synth(c);
   CHECK(names_of(synth) == std::vector<std::string>{"w1.weight", "w1.bias", "w2", "b2",
                                                     "v_proj.weight", "v_proj.bias",
                                                     "out_proj.weight", "out_proj.bias"});
-  CHECK(synth.w1.weight.shape() == Shape{6, 6});
-  CHECK(synth.w2.shape() == Shape{2, 3, 5});
-  CHECK(synth.b2.shape() == Shape{5});
+  CHECK(synth.q_proj.weight.shape() == Shape{6, 6});
+  CHECK(synth.score_params.w2.shape() == Shape{2, 3, 5});
+  CHECK(synth.score_params.b2.shape() == Shape{5});
   attn::MultiHeadConfig nb = c;
   nb.bias = false;
-  Synth<mask::Causal> synth_nb(nb);
+  attn::SynthesizerAttention<mask::Causal, Dyn, double> synth_nb(nb);
   CHECK(names_of(synth_nb) ==
         std::vector<std::string>{"w1.weight", "w2", "v_proj.weight", "out_proj.weight"});
-  Bilinear<mask::None> bilinear(c);
+  attn::BilinearAttention<mask::None, Dyn, double> bilinear(c);
   CHECK(names_of(bilinear) ==
         std::vector<std::string>{"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
                                  "bilinear_weight", "v_proj.weight", "v_proj.bias",
                                  "out_proj.weight", "out_proj.bias"});
-  CHECK(bilinear.bilinear_weight.shape() == Shape{2, 3, 3});
-  Additive<mask::None> additive(c);
+  CHECK(bilinear.score_params.bilinear_weight.shape() == Shape{2, 3, 3});
+  attn::AdditiveAttention<mask::None, Dyn, double> additive(c);
   CHECK(names_of(additive) == std::vector<std::string>{"q_proj.weight", "q_proj.bias",
                                                        "k_proj.weight", "score_weight",
                                                        "v_proj.weight", "v_proj.bias",
                                                        "out_proj.weight", "out_proj.bias"});
-  CHECK(additive.score_weight.shape() == Shape{2, 3});
+  CHECK(additive.score_params.score_weight.shape() == Shape{2, 3});
+  Mha<score::Cosine, mask::Causal, attn::projection::Tied> cosine(config(8, 2));
+  CHECK(names_of(cosine) == std::vector<std::string>{"qk_proj.weight", "qk_proj.bias",
+                                                     "cosine_scale", "v_proj.weight", "v_proj.bias",
+                                                     "out_proj.weight", "out_proj.bias"});
+  Mha<score::Rotary, mask::Causal> rotary(config(8, 2));
+  CHECK(names_of(rotary).size() == 8);  // the four projections only
 
   // Dropout on the weights: only while training, reproducible after reseed.
   attn::MultiHeadConfig dc = c;
@@ -564,11 +617,11 @@ TEST_CASE("parameter names, shapes and dropout") {
     CHECK(attn::max_abs_diff(a, e) > 1e-6);
     CHECK(attn::max_abs_diff(e, run(mod)) == 0.0);
   };
-  Synth<mask::Causal> synth_d(dc);
+  attn::SynthesizerAttention<mask::Causal, Dyn, double> synth_d(dc);
   check(synth_d);
-  Bilinear<mask::Causal> bilinear_d(dc);
+  attn::BilinearAttention<mask::Causal, Dyn, double> bilinear_d(dc);
   check(bilinear_d);
-  Additive<mask::Causal> additive_d(dc);
+  attn::AdditiveAttention<mask::Causal, Dyn, double> additive_d(dc);
   check(additive_d);
 }
 
@@ -620,7 +673,7 @@ void check_gpt_decode(Gpt& gpt) {
 }  // namespace
 
 TEST_CASE("nn::GPT<SynthesizerAttention>: the full backward against finite differences") {
-  nn::GPT<Synth<mask::Causal>> gpt(tiny_gpt());
+  nn::GPT<Mha<score::Synthesizer, mask::Causal>> gpt(tiny_gpt());
   const auto ids = ids_of({2, 5}, {1, 2, 3, 4, 5, 6, 0, 1, 2, 3});
   const auto targets = ids_of({2, 5}, {2, 3, 4, 5, 6, 0, 1, 2, 3, -100});
   attn::test::check_module_gradients(
@@ -630,11 +683,17 @@ TEST_CASE("nn::GPT<SynthesizerAttention>: the full backward against finite diffe
   CHECK(std::find(names.begin(), names.end(), "blocks.0.attn.out_proj.weight") != names.end());
 }
 
-TEST_CASE("nn::GPT with each learned score: decoding equals the full forward pass") {
-  nn::GPT<Synth<mask::Causal>> synth(tiny_gpt());
+TEST_CASE("nn::GPT with each score: decoding equals the full forward pass") {
+  nn::GPT<Mha<score::Synthesizer, mask::Causal>> synth(tiny_gpt());
   check_gpt_decode(synth);
-  nn::GPT<Bilinear<mask::Causal>> bilinear(tiny_gpt());
+  nn::GPT<Mha<score::Bilinear, mask::Causal>> bilinear(tiny_gpt());
   check_gpt_decode(bilinear);
-  nn::GPT<Additive<mask::Causal>> additive(tiny_gpt());
+  nn::GPT<Mha<score::Additive, mask::Causal>> additive(tiny_gpt());
   check_gpt_decode(additive);
+  nn::GPTConfig none = tiny_gpt();
+  none.positions = nn::PositionEncoding::none;  // the score carries the positions
+  nn::GPT<Mha<score::Rotary, mask::Causal>> rotary(none);
+  check_gpt_decode(rotary);
+  nn::GPT<Mha<score::Alibi, mask::Causal>> alibi(none);
+  check_gpt_decode(alibi);
 }

@@ -1,5 +1,6 @@
-// Parity with PyTorch: MultiHeadAttention (causal, key padding, cross-attention) and the per-head
-// Attention operator, outputs and every gradient, against values CPU PyTorch computed in float64.
+// Parity with PyTorch: MultiHeadAttention (causal, key padding, cross-attention; rotary positions
+// and ALiBi) and the per-head Attention operator, outputs and every gradient, against values CPU
+// PyTorch computed in float64.
 // Does not run PyTorch: tests/attention/torch_reference.py wrote data/torch_parity.txt once.
 #include <doctest/doctest.h>
 
@@ -189,14 +190,14 @@ void set_value(attn::Parameter<double>& p, const Tensor<double>& value, const st
 
 // ---- the cases ---------------------------------------------------------------------------------
 
-template <class Mask>
-using Mha =
-    attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::Softmax, Mask,
-                             attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+template <class Mask, class Score = attn::score::ScaledDot>
+using Mha = attn::MultiHeadAttention<Score, attn::kernel::Softmax, Mask, attn::Heads<attn::dynamic>,
+                                     attn::projection::Separate, double>;
 
 // nn.MultiheadAttention case `name` (self-attention, or cross-attention when the file holds
-// `memory`) against attn's MultiHeadAttention with `mask`.
-template <class Mask>
+// `memory`) against attn's MultiHeadAttention with `mask` (and `Score`: the positional cases
+// write the module out with rotary positions or ALiBi).
+template <class Score = attn::score::ScaledDot, class Mask>
 void check_module(const std::string& name, bool cross, const Mask& mask) {
   auto ref = [&](const std::string& t) -> const Tensor<double>& { return need(name + "." + t); };
   const Tensor<double>& x = ref("x");
@@ -207,7 +208,7 @@ void check_module(const std::string& name, bool cross, const Mask& mask) {
   config.d_model = d;
   config.heads = static_cast<index_t>(ref("heads")[0]);
   config.bias = true;
-  Mha<Mask> mha(config);
+  Mha<Mask, Score> mha(config);
   mha.training = false;
   const Tensor<double>& w_in = ref("in_proj_weight");  // [3D, D] = [W_q; W_k; W_v]
   const Tensor<double>& b_in = ref("in_proj_bias");    // [3D]
@@ -303,6 +304,21 @@ TEST_CASE("MultiHeadAttention matches torch.nn.MultiheadAttention") {
   }
   SUBCASE("cross-attention, end-aligned causal") {
     check_module("mha_cross_causal", true, attn::mask::Causal{});
+  }
+}
+
+TEST_CASE("rotary positions and ALiBi match their papers' formulas written out in PyTorch") {
+  SUBCASE("rotary, causal, T = 7") {
+    check_module<attn::score::Rotary>("rotary_causal", false, attn::mask::Causal{});
+  }
+  SUBCASE("rotary, causal, T = 133 (two key tiles)") {
+    check_module<attn::score::Rotary>("rotary_long", false, attn::mask::Causal{});
+  }
+  SUBCASE("ALiBi, causal, T = 7, 6 heads") {
+    check_module<attn::score::Alibi>("alibi_causal", false, attn::mask::Causal{});
+  }
+  SUBCASE("ALiBi, causal, T = 133 (two key tiles)") {
+    check_module<attn::score::Alibi>("alibi_long", false, attn::mask::Causal{});
   }
 }
 

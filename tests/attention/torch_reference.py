@@ -19,7 +19,9 @@ in_proj_bias [3D]; out_proj.weight [D, D]; out_proj.bias [D]; every linear map i
 y = x W^T + b), lengths (key lengths, for cases with a key padding mask), r (fixed random
 weights of the loss), y (the output) and grad.<tensor>: the gradient of loss = sum(y * r) with
 respect to each input and parameter. Per-head cases store q, k, v [B, H, T, Dh], r, o and
-grad.q, grad.k, grad.v.
+grad.q, grad.k, grad.v. Positional cases (rotary_*, alibi_*) are causal self-attention modules
+with the same tensors as a module case, the score written out from its paper (see rotary() and
+alibi_bias()) instead of torch.nn.MultiheadAttention, which has neither.
 
 Causal masks are aligned at the end (query i sees keys j <= i + Tk - Tq), as attn's mask::Causal.
 """
@@ -152,6 +154,79 @@ def per_head_case(name, seed, batch, heads, tq, tk, dh):
     return out
 
 
+def rotary(x, base=10000.0):
+    """RoFormer (Su et al.), eq. (34): x [B, H, T, Dh] at positions m = 0 .. T-1 becomes
+    x * (cos m theta_1, cos m theta_1, cos m theta_2, ...) + (-x_2, x_1, -x_4, x_3, ...) * (sin ...),
+    theta_i = base^(-2(i-1)/d), i = 1 .. d/2: each pair (x_{2i-1}, x_{2i}) turned by m theta_i."""
+    t, dh = x.shape[-2], x.shape[-1]
+    theta = base ** (-2.0 * torch.arange(dh // 2, dtype=DTYPE) / dh)
+    angle = torch.arange(t, dtype=DTYPE)[:, None] * theta[None, :]  # [T, Dh/2]
+    cos = angle.cos().repeat_interleave(2, dim=-1)
+    sin = angle.sin().repeat_interleave(2, dim=-1)
+    x_rot = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).reshape(x.shape)
+    return x * cos + x_rot * sin
+
+
+def alibi_slopes(n):
+    """The head slopes of ALiBi (Press, Smith, Lewis), as the paper's reference code computes them:
+    a geometric sequence from 2^(-8/n) for n a power of two, else the slopes of the closest smaller
+    power of two followed by every other slope of twice that many heads."""
+
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: n - closest]
+
+
+def alibi_bias(heads, t):
+    """[H, T, T]: m_h * (j - i), i.e. -m_h (i - j) on and below the diagonal (the causal part)."""
+    i = torch.arange(t)[:, None]
+    j = torch.arange(t)[None, :]
+    m = torch.tensor(alibi_slopes(heads), dtype=DTYPE)[:, None, None]
+    return m * (j - i).to(DTYPE)
+
+
+def positional_case(name, seed, batch, t, d_model, heads, kind):
+    """Causal self-attention with rotary positions or ALiBi, the module written out."""
+    gen = torch.Generator().manual_seed(seed)
+    d, dh = d_model, d_model // heads
+    bound = math.sqrt(6.0 / (4 * d))
+    w_in = randn(gen, 3 * d, d, scale=bound).requires_grad_(True)
+    b_in = randn(gen, 3 * d, scale=0.1).requires_grad_(True)
+    w_out = randn(gen, d, d, scale=1.0 / math.sqrt(d)).requires_grad_(True)
+    b_out = randn(gen, d, scale=0.1).requires_grad_(True)
+    x = randn(gen, batch, t, d).requires_grad_(True)
+    r = randn(gen, batch, t, d)
+
+    def split(u):  # [B, T, D] -> [B, H, T, Dh]
+        return u.reshape(batch, t, heads, dh).transpose(1, 2)
+
+    q = split(x @ w_in[:d].T + b_in[:d])
+    k = split(x @ w_in[d : 2 * d].T + b_in[d : 2 * d])
+    v = split(x @ w_in[2 * d :].T + b_in[2 * d :])
+    if kind == "rotary":
+        q, k = rotary(q), rotary(k)
+    s = q @ k.transpose(-1, -2) / math.sqrt(dh)
+    if kind == "alibi":
+        s = s + alibi_bias(heads, t)
+    s = s.masked_fill(causal_disallowed(t, t), float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v
+    y = o.transpose(1, 2).reshape(batch, t, d) @ w_out.T + b_out
+    params = {"in_proj_weight": w_in, "in_proj_bias": b_in, "out_proj.weight": w_out,
+              "out_proj.bias": b_out}
+    grads = torch.autograd.grad((y * r).sum(), [x] + list(params.values()))
+    assert torch.isfinite(y).all(), name
+    out = [(f"{name}.heads", torch.tensor([heads], dtype=DTYPE)), (f"{name}.x", x)]
+    out += [(f"{name}.{key}", p) for key, p in params.items()]
+    out += [(f"{name}.r", r), (f"{name}.y", y)]
+    out += [(f"{name}.grad.{key}", g) for key, g in zip(["x"] + list(params), grads)]
+    return out
+
+
 def format_tensor(name, t):
     t = t.detach().to(DTYPE).contiguous()
     fields = [name, str(t.dim())] + [str(s) for s in t.shape]
@@ -177,6 +252,12 @@ def main():
     # to span several 64-wide tiles of attn's fused path, including fully masked ones.
     tensors += per_head_case("head_causal", 6, 2, 2, 7, 7, 4)
     tensors += per_head_case("head_causal_long", 7, 1, 2, 70, 100, 4)
+    # (5) rotary positions and ALiBi, causal: short, with 6 heads for ALiBi (slopes beyond a
+    # power of two), and T = 133 (past the fused path's 128-key tiles; rotary angles past 2 pi).
+    tensors += positional_case("rotary_causal", 8, 2, 7, 16, 2, "rotary")
+    tensors += positional_case("rotary_long", 9, 1, 133, 8, 2, "rotary")
+    tensors += positional_case("alibi_causal", 10, 2, 7, 12, 6, "alibi")
+    tensors += positional_case("alibi_long", 11, 1, 133, 8, 2, "alibi")
 
     lines = [
         FORMAT,

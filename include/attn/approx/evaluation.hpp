@@ -201,20 +201,40 @@ AttentionProbe<T> make_probe(const Approximation& a, const Score& score, const K
   };
 }
 
+// Whether the steps of a module can be approximated: it has a probe, and its probe sees q and k
+// under a quadratic score without a position bias (a plain one, or a transformed score's inner
+// form on the transformed q, k). Pairwise and key-free scores (no q·k) and ALiBi (a bias the
+// approximations would drop) cannot.
+template <class Module>
+inline constexpr bool approximable = [] {
+  if constexpr (requires(Module & m) { m.probe; }) {
+    using Score = typename Module::score_type;
+    constexpr ScoreForm form = score_form<Score>();
+    return (form == ScoreForm::quadratic || form == ScoreForm::transformed) &&
+           !HasPositionBias<inner_score_t<Score>>;
+  } else {
+    return false;
+  }
+}();
+
 // Installs approximation `a` in a MultiHeadAttention (or any module with a probe, score, kernel
 // and mask_type); Method::exact removes the probe. Evaluate under NoGrad with training off.
 template <class Module>
 void approximate(Module& module, const Approximation& a, ErrorTally* tally = nullptr,
                  const typename Module::mask_type& mask = {}) {
+  static_assert(approximable<Module>,
+                "attn: approx::approximate needs a module whose probe sees q·k scores without a "
+                "position bias (not score::Additive, score::Synthesizer or score::Alibi)");
   using T = typename Module::value_type;
   if (a.method == Method::exact) {
     module.probe = nullptr;
     return;
   }
-  module.probe =
-      make_probe<std::remove_cvref_t<decltype(module.score)>,
-                 std::remove_cvref_t<decltype(module.kernel)>, typename Module::mask_type, T>(
-          a, module.score, module.kernel, mask, tally);
+  using Score = inner_score_t<typename Module::score_type>;
+  Score score{};
+  if constexpr (std::is_same_v<Score, typename Module::score_type>) score = module.score;
+  module.probe = make_probe<Score, std::remove_cvref_t<decltype(module.kernel)>,
+                            typename Module::mask_type, T>(a, score, module.kernel, mask, tally);
 }
 
 }  // namespace attn::approx

@@ -3,13 +3,19 @@
 // sequence axis to K rows by learned matrices E and F, so each query attends to K "virtual" keys.
 // Does not approximate a trained model's attention (the projections are learned with the model;
 // approx/evaluation.hpp swaps approximations into trained models) nor share E between layers.
+//
+// Why a module of its own and not a score policy of MultiHeadAttention: a score maps a query and
+// a key (or a query alone) to a number, and its transforms act on one token at a time. Linformer's
+// E and F mix the keys and the values of different positions, and under a mask each query row
+// needs its own mix (see below), so neither the score contract, the key/value cache nor any
+// fused path applies. It shares the module pieces (config checks, head split, visitor, cache).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <string_view>
 
-#include "../attention/learned_scores.hpp"
+#include "../attention/multi_head.hpp"
 
 namespace attn::approx {
 
@@ -40,7 +46,10 @@ class LinformerAttention {
   static constexpr index_t rows = K;
 
   explicit LinformerAttention(const MultiHeadConfig& c)
-      : config_(attn::detail::learned::resolve_config<H>(c, "LinformerAttention")), rng_(c.seed) {
+      : config_(attn::detail::resolve_heads<H>(c, "LinformerAttention")), rng_(c.seed) {
+    ATTN_CHECK(config_.kv_heads == config_.heads, value_error,
+               "LinformerAttention: grouped key/value heads are not supported (kv_heads = ",
+               c.kv_heads, "); use 0 or ", config_.heads);
     ATTN_CHECK(c.max_length > 0, value_error,
                "LinformerAttention: config.max_length must be positive (the longest sequence; E "
                "and F have one column per position), got ",
@@ -68,12 +77,12 @@ class LinformerAttention {
   // over the projected rows, [B, H, T, K].
   Var<T> operator()(const Var<T>& x, const Mask& mask = {}, Tensor<T>* weights = nullptr) {
     Tape<T>& tape = x.tape();
-    attn::detail::learned::check_input(x, d_model(), "LinformerAttention", "x");
+    attn::detail::check_module_input(x, d_model(), "LinformerAttention", "x");
     check_length(x.shape()[1], "");
-    const Var<T> q = attn::detail::learned::split_heads(q_proj(tape, x), heads());  // [B, H, T, Dh]
-    const Var<T> k = attn::detail::learned::split_heads(k_proj(tape, x), heads());
-    const Var<T> v = attn::detail::learned::split_heads(v_proj(tape, x), heads());
-    return out_proj(tape, attn::detail::learned::merge_heads(attend(q, k, v, mask, weights)));
+    const Var<T> q = attn::detail::split_heads(q_proj(tape, x), heads());  // [B, H, T, Dh]
+    const Var<T> k = attn::detail::split_heads(k_proj(tape, x), heads());
+    const Var<T> v = attn::detail::split_heads(v_proj(tape, x), heads());
+    return out_proj(tape, attn::detail::merge_heads(attend(q, k, v, mask, weights)));
   }
 
   // Incremental decoding: x holds the new positions [B, t, D], which follow the L in `cache`
@@ -82,26 +91,26 @@ class LinformerAttention {
   // per new position and head.
   Var<T> decode(const Var<T>& x, KVCache<T>& cache, const Mask& mask = {}) {
     Tape<T>& tape = x.tape();
-    attn::detail::learned::check_input(x, d_model(), "LinformerAttention", "x");
+    attn::detail::check_module_input(x, d_model(), "LinformerAttention", "x");
     check_length(cache.length() + x.shape()[1], "::decode");
-    const Var<T> q = attn::detail::learned::split_heads(q_proj(tape, x), heads());
-    const Var<T> k_new = attn::detail::learned::split_heads(k_proj(tape, x), heads());
-    const Var<T> v_new = attn::detail::learned::split_heads(v_proj(tape, x), heads());
-    attn::detail::learned::append_positions(cache.k, k_new.value(), "LinformerAttention");
-    attn::detail::learned::append_positions(cache.v, v_new.value(), "LinformerAttention");
-    const Var<T> o = attend(q, tape.leaf(cache.k), tape.leaf(cache.v), mask, nullptr);
-    return out_proj(tape, attn::detail::learned::merge_heads(o));
+    const Var<T> q = attn::detail::split_heads(q_proj(tape, x), heads());
+    const Var<T> k_new = attn::detail::split_heads(k_proj(tape, x), heads());
+    const Var<T> v_new = attn::detail::split_heads(v_proj(tape, x), heads());
+    cache.append(k_new.value(), v_new.value(), "LinformerAttention");
+    // E and F multiply whole key and value columns: contiguous copies of the cached rows.
+    const Var<T> o = attend(q, tape.leaf(cache.keys()), tape.leaf(cache.values()), mask, nullptr);
+    return out_proj(tape, attn::detail::merge_heads(o));
   }
 
   // q_proj, k_proj, v_proj, out_proj (.weight, .bias), e_proj, f_proj.
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
-    attn::detail::learned::visit(f, prefix, "q_proj", q_proj);
-    attn::detail::learned::visit(f, prefix, "k_proj", k_proj);
-    attn::detail::learned::visit(f, prefix, "v_proj", v_proj);
-    attn::detail::learned::visit(f, prefix, "out_proj", out_proj);
-    attn::detail::learned::visit(f, prefix, "e_proj", e_proj);
-    attn::detail::learned::visit(f, prefix, "f_proj", f_proj);
+    attn::detail::visit_projection(f, prefix, "q_proj", q_proj);
+    attn::detail::visit_projection(f, prefix, "k_proj", k_proj);
+    attn::detail::visit_projection(f, prefix, "v_proj", v_proj);
+    attn::detail::visit_projection(f, prefix, "out_proj", out_proj);
+    attn::detail::visit_parameter(f, prefix, "e_proj", e_proj);
+    attn::detail::visit_parameter(f, prefix, "f_proj", f_proj);
   }
 
   ProjectionWeights<T> q_proj, k_proj, v_proj, out_proj;

@@ -57,6 +57,8 @@ struct Attention {
   template <class T>
   Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                     Tensor<T>* weights = nullptr) const {
+    ATTN_CHECK(key_length == 0 || !Kernel::feature_map, value_error, "attention: key_length ",
+               key_length, " needs a score kernel; feature maps read whole key tensors");
     if constexpr (Kernel::feature_map) {
       const T c = static_cast<T>(detail::feature_input_scale<Score>(q.shape().last()));
       Var<T> fq, fk;

@@ -160,7 +160,7 @@ struct Layout {
 };
 
 struct ForwardLayout : Layout {
-  int q, k, v, s, acc, row_max, row_sum, scale_a, scale_b, kk;
+  int q, k, v, s, acc, row_max, row_sum, scale_a, scale_b, key_norms;
   ATTN_HOST_DEVICE explicit ForwardLayout(const Geometry& g) : Layout(g) {
     q = take(query_tile * ldq);
     k = take(key_tile * ldq);
@@ -171,12 +171,12 @@ struct ForwardLayout : Layout {
     row_sum = take(query_tile);
     scale_a = take(query_tile);
     scale_b = take(query_tile);
-    kk = take(key_tile);
+    key_norms = take(key_tile);
   }
 };
 
 struct BackwardLayout : Layout {
-  int q, dout, k, v, s, dp, acc_q, acc_k, acc_v, lse, delta, kk, colsum;
+  int q, dout, k, v, s, dp, acc_q, acc_k, acc_v, lse, delta, key_norms, colsum;
   ATTN_HOST_DEVICE explicit BackwardLayout(const Geometry& g) : Layout(g) {
     q = take(query_tile * ldq);
     dout = take(query_tile * ldv);
@@ -191,7 +191,7 @@ struct BackwardLayout : Layout {
     acc_v = acc_k + key_tile * dh;
     lse = take(query_tile);
     delta = take(query_tile);
-    kk = take(key_tile);
+    key_norms = take(key_tile);
     colsum = take(key_tile);
   }
 };
@@ -206,13 +206,11 @@ ATTN_HOST_DEVICE inline int backward_smem_size(const Geometry& g) {
 
 // ‖k_j‖² of the loaded key tile, when the score needs it (NegSqEuclidean).
 template <ScorePolicy Score, class Block, class Acc>
-ATTN_HOST_DEVICE void key_norms(const Block& blk, const Acc* k, int ld, int D, Acc* kk) {
+ATTN_HOST_DEVICE void load_key_norms(const Block& blk, const Acc* k, int ld, int D,
+                                     Acc* key_norms) {
   if constexpr (Score::beta_k != 0) {
-    for (int j = blk.thread(); j < key_tile; j += blk.size()) {
-      Acc n = 0;
-      for (int d = 0; d < D; ++d) n += k[j * ld + d] * k[j * ld + d];
-      kk[j] = n;
-    }
+    for (int j = blk.thread(); j < key_tile; j += blk.size())
+      key_norms[j] = squared_norm<Acc>(k + j * ld, D);
     blk.sync();
   }
 }
@@ -222,7 +220,7 @@ ATTN_HOST_DEVICE void key_norms(const Block& blk, const Acc* k, int ld, int D, A
 template <ScorePolicy Score, class Mask, class Block, class Acc>
 ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask& mask, Acc alpha,
                                  TileKind kind, index_t b, index_t i0, int br, index_t j0, int bc,
-                                 const Acc* q, const Acc* k, int ld, const Acc* kk, Acc* s,
+                                 const Acc* q, const Acc* k, int ld, const Acc* key_norms, Acc* s,
                                  int lds) {
   static_assert(!HasPositionBias<Score>,
                 "attn: the CUDA block programs add no position bias yet (score::Alibi runs on the "
@@ -231,7 +229,7 @@ ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask
   tile_product(blk, query_tile, key_tile, D, q, ld, 1, k, 1, ld, [&](int i, int j, Acc qk) {
     const bool ok =
         i < br && j < bc && (kind == TileKind::all || mask.allowed(b, i0 + i, j0 + j, g.Tq, g.Tk));
-    const Acc norm = Score::beta_k != 0 ? kk[j] : Acc(0);
+    const Acc norm = Score::beta_k != 0 ? key_norms[j] : Acc(0);
     // qq = 0: the beta_q term cancels (see the top of this file).
     s[i * lds + j] =
         ok ? score_from_parts<Score>(alpha, qk, Acc(0), norm) : negative_infinity<Acc>();
@@ -249,15 +247,15 @@ ATTN_HOST_DEVICE inline QueryTile query_tile_of(const Geometry& g, index_t block
 }
 
 // Loads key tile j0 (bc keys) of key head (b, hk) into k and v (strides ldk, ldv), then, after a
-// barrier, ‖k_j‖² into kk when the score needs it.
+// barrier, ‖k_j‖² into key_norms when the score needs it.
 template <ScorePolicy Score, class Block, class Acc, class T>
 ATTN_HOST_DEVICE void load_keys(const Block& blk, const Geometry& g, const T* k_src, const T* v_src,
                                 index_t b, index_t hk, index_t j0, int bc, Acc* k, int ldk, Acc* v,
-                                int ldv, Acc* kk) {
+                                int ldv, Acc* key_norms) {
   load_tile(blk, k, ldk, k_src + g.k_off(b, hk, j0), bc, key_tile, static_cast<int>(g.Dh));
   load_tile(blk, v, ldv, v_src + g.v_off(b, hk, j0), bc, key_tile, static_cast<int>(g.Dv));
   blk.sync();
-  key_norms<Score>(blk, k, ldk, static_cast<int>(g.Dh), kk);
+  load_key_norms<Score>(blk, k, ldk, static_cast<int>(g.Dh), key_norms);
 }
 
 // One block of the forward: query tile `block % query_tiles` of head `block / query_tiles`.
@@ -274,7 +272,7 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
   const int br = t.rows;
   Acc *q = smem + L.q, *k = smem + L.k, *v = smem + L.v, *s = smem + L.s, *acc = smem + L.acc;
   Acc *row_max = smem + L.row_max, *row_sum = smem + L.row_sum;
-  Acc *scale_a = smem + L.scale_a, *scale_b = smem + L.scale_b, *kk = smem + L.kk;
+  Acc *scale_a = smem + L.scale_a, *scale_b = smem + L.scale_b, *key_norms = smem + L.key_norms;
 
   load_tile(blk, q, L.ldq, a.q + g.q_off(b, h, i0), br, query_tile, Dh);
   for (int e = blk.thread(); e < query_tile * Dv; e += blk.size()) acc[e] = 0;
@@ -288,8 +286,9 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
     // The same answer in every thread, so the whole block skips together.
     const TileKind kind = a.mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
     if (kind == TileKind::none) continue;
-    load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, k, L.ldq, v, L.ldv, kk);
-    score_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, kk, s, L.lds);
+    load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, k, L.ldq, v, L.ldv, key_norms);
+    score_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, key_norms, s,
+                      L.lds);
     blk.sync();
     // Per row: the tile's state (P = e^{S − m_J} written over S) merged into the running one.
     for (int i = blk.thread(); i < query_tile; i += blk.size()) {
@@ -327,8 +326,8 @@ ATTN_HOST_DEVICE void gradient_tile(const Block& blk, const Geometry& g, const M
                                     index_t j0, int bc, const BackwardLayout& L, Acc* smem) {
   Acc *q = smem + L.q, *dout = smem + L.dout, *k = smem + L.k, *v = smem + L.v;
   Acc *s = smem + L.s, *dp = smem + L.dp, *lse = smem + L.lse, *delta = smem + L.delta;
-  score_tile<Score>(blk, g, mask, alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, smem + L.kk, s,
-                    L.lds);
+  score_tile<Score>(blk, g, mask, alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, smem + L.key_norms,
+                    s, L.lds);
   // dP = dO Vᵀ
   tile_product(blk, query_tile, key_tile, static_cast<int>(g.Dv), dout, L.ldv, 1, v, 1, L.ldv,
                [&](int i, int j, Acc x) { dp[i * L.lds + j] = x; });
@@ -376,7 +375,7 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
     const TileKind kind = a.mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
     if (kind == TileKind::none) continue;
     load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, smem + L.k, L.ldq, smem + L.v, L.ldv,
-                     smem + L.kk);
+                     smem + L.key_norms);
     gradient_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, L, smem);
     // dQ += dS K   (alpha is applied once at the end)
     tile_product(blk, query_tile, Dh, key_tile, smem + L.dp, L.lds, 1, smem + L.k, L.ldq, 1,
@@ -408,7 +407,8 @@ ATTN_HOST_DEVICE void backward_dkv_block(const Block& blk, Acc* smem,
   for (int e = blk.thread(); e < key_tile * Dh; e += blk.size()) acc_k[e] = 0;
   for (int e = blk.thread(); e < key_tile * Dv; e += blk.size()) acc_v[e] = 0;
   for (int j = blk.thread(); j < key_tile; j += blk.size()) colsum[j] = 0;
-  load_keys<Score>(blk, g, a.k, a.v, b, hk, j0, bc, k, L.ldq, smem + L.v, L.ldv, smem + L.kk);
+  load_keys<Score>(blk, g, a.k, a.v, b, hk, j0, bc, k, L.ldq, smem + L.v, L.ldv,
+                   smem + L.key_norms);
   for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
     for (index_t i0 = 0; i0 < g.Tq; i0 += query_tile) {
       const int br = min_int(query_tile, g.Tq - i0);

@@ -1,9 +1,13 @@
-// attn/attention/multi_head.hpp: MultiHeadAttention, the module: input projections, heads,
-// the Attention operator, output projection; self- and cross-attention, batch-first [B, T, D];
-// separate or tied query/key projections; a key/value cache for incremental decoding.
-// Does not add residuals or norms (nn::TransformerBlock does) nor positions.
+// attn/attention/multi_head.hpp: MultiHeadAttention, the one attention module: input
+// projections, heads, the score policy (score.hpp, module_scores.hpp) with its parameters, the
+// Attention operator, output projection; self- and cross-attention, batch-first [B, T, D];
+// separate or tied query/key projections, grouped key/value heads; a key/value cache for
+// incremental decoding that grows by doubling and is read in place.
+// Does not add residuals or norms (nn::TransformerBlock does) nor positions to the input
+// (positional scores, score::Rotary and score::Alibi, act inside the score).
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -12,6 +16,7 @@
 #include <type_traits>
 
 #include "attention.hpp"
+#include "module_scores.hpp"
 
 namespace attn {
 
@@ -46,18 +51,6 @@ template <class P>
 concept ProjectionPolicy =
     std::same_as<P, projection::Separate> || std::same_as<P, projection::Tied>;
 
-struct MultiHeadConfig {
-  index_t d_model = 0;
-  index_t heads = 0;       // required with Heads<dynamic>; must equal N (or be 0) with Heads<N>
-  index_t kv_heads = 0;    // key/value heads (grouped query); 0 means one per query head
-  double dropout = 0.0;    // on the attention weights, while training
-  bool bias = true;        // biases on the four projections
-  double init_std = 0.02;  // weights ~ N(0, init_std²), biases 0
-  std::uint64_t seed = 0;  // initialisation and dropout
-  index_t max_length = 0;  // the longest sequence, for modules whose weights depend on it
-                           // (the dense synthesizer); 0 when unused
-};
-
 // A linear map y = x Wᵀ + b with W [out, in], PyTorch's layout.
 template <class T>
 struct ProjectionWeights {
@@ -77,13 +70,149 @@ struct ProjectionWeights {
   }
 };
 
-// Keys and values of the positions decoded so far: [B, Hk, L, Dh] each.
+// Keys and values of the positions decoded so far. Stored as [B, Hk, C, Dk] and [B, Hk, C, Dv]
+// with capacity C >= length(): rows [0, length()) of each head hold the positions, the rest is
+// room to grow. append() doubles C when it runs out, so a decoding step copies only its new rows
+// (amortised O(1) per position, not a copy of the whole cache per token), and the attention
+// paths that can read k and v in place do (the fused and materialised ones, via key_length).
+// Dk may be 0: a key-free score (score::Synthesizer) caches values only.
 template <class T>
-struct KVCache {
-  Tensor<T> k, v;
-  index_t length() const { return k.rank() == 4 ? k.shape()[2] : 0; }
-  void clear() { k = v = Tensor<T>(); }
+class KVCache {
+ public:
+  index_t length() const { return length_; }
+  index_t capacity() const { return v_.rank() == 4 ? v_.shape()[2] : 0; }
+  void clear() {
+    k_ = v_ = Tensor<T>();
+    length_ = 0;
+  }
+
+  // The storage, [B, Hk, capacity(), D]: rows past length() of each head are unspecified.
+  const Tensor<T>& key_storage() const { return k_; }
+  const Tensor<T>& value_storage() const { return v_; }
+  // [B, Hk, length(), D] copies, for paths that need contiguous keys or values.
+  Tensor<T> keys() const { return prefix(k_); }
+  Tensor<T> values() const { return prefix(v_); }
+
+  // Appends k_new [B, Hk, t, Dk] and v_new [B, Hk, t, Dv] after the positions held; `who` names
+  // the caller in the shape_error a cache from another module (or batch) gets.
+  void append(const Tensor<T>& k_new, const Tensor<T>& v_new, const char* who) {
+    const Shape &fk = k_new.shape(), &fv = v_new.shape();
+    ATTN_CHECK(
+        fk.rank() == 4 && fv.rank() == 4 && fk[0] == fv[0] && fk[1] == fv[1] && fk[2] == fv[2],
+        shape_error, who, "::decode: new keys ", fk, " and values ", fv, " do not pair up");
+    if (length_ > 0) {
+      const Shape &ck = k_.shape(), &cv = v_.shape();
+      ATTN_CHECK(ck[0] == fk[0] && ck[1] == fk[1] && ck[3] == fk[3] && cv[3] == fv[3], shape_error,
+                 who, "::decode: the cache holds keys [", ck[0], ", ", ck[1], ", ", length_, ", ",
+                 ck[3], "] that do not fit the new positions ", fk,
+                 " (a cache from another module?)");
+    }
+    const index_t t = fk[2], need = length_ + t;
+    if (need > capacity()) {
+      const index_t grown = std::max(need, 2 * capacity());
+      k_ = regrown(k_, fk, grown);
+      v_ = regrown(v_, fv, grown);
+    }
+    write_rows(k_, k_new);
+    write_rows(v_, v_new);
+    length_ = need;
+  }
+
+ private:
+  // `old` (its first length_ rows per head) in a new tensor of `rows` rows per head.
+  Tensor<T> regrown(const Tensor<T>& old, const Shape& fresh, index_t rows) const {
+    Tensor<T> out(Shape{fresh[0], fresh[1], rows, fresh[3]});
+    const index_t d = fresh[3];
+    if (length_ > 0)
+      for (index_t bh = 0; bh < fresh[0] * fresh[1]; ++bh)
+        std::copy_n(old.data() + bh * old.shape()[2] * d, length_ * d, out.data() + bh * rows * d);
+    return out;
+  }
+  void write_rows(Tensor<T>& store, const Tensor<T>& fresh) const {
+    const Shape& f = fresh.shape();
+    const index_t d = f[3], rows = store.shape()[2];
+    for (index_t bh = 0; bh < f[0] * f[1]; ++bh)
+      std::copy_n(fresh.data() + bh * f[2] * d, f[2] * d, store.data() + (bh * rows + length_) * d);
+  }
+  Tensor<T> prefix(const Tensor<T>& store) const {
+    if (store.rank() != 4) return Tensor<T>();
+    const Shape& s = store.shape();
+    Tensor<T> out(Shape{s[0], s[1], length_, s[3]});
+    for (index_t bh = 0; bh < s[0] * s[1]; ++bh)
+      std::copy_n(store.data() + bh * s[2] * s[3], length_ * s[3],
+                  out.data() + bh * length_ * s[3]);
+    return out;
+  }
+
+  Tensor<T> k_, v_;
+  index_t length_ = 0;
 };
+
+namespace detail {
+
+// Checks a MultiHeadConfig and fills in what the type fixes (Heads<N>) or implies (kv_heads);
+// `who` names the module in the value_error.
+template <class H>
+MultiHeadConfig resolve_heads(MultiHeadConfig c, const char* who) {
+  if constexpr (H::count != dynamic) {
+    ATTN_CHECK(c.heads == 0 || c.heads == H::count, value_error, who, ": config.heads = ", c.heads,
+               " but the type fixes ", H::count, " heads");
+    c.heads = H::count;
+  }
+  ATTN_CHECK(c.heads > 0, value_error, who, ": the head count must be positive, got ", c.heads);
+  ATTN_CHECK(c.d_model > 0 && c.d_model % c.heads == 0, value_error, who, ": d_model ", c.d_model,
+             " must be divisible by the head count ", c.heads);
+  if (c.kv_heads == 0) c.kv_heads = c.heads;
+  ATTN_CHECK(c.kv_heads > 0 && c.heads % c.kv_heads == 0, value_error, who, ": ", c.kv_heads,
+             " key/value heads do not divide ", c.heads, " query heads");
+  ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, value_error, who, ": dropout ", c.dropout,
+             " outside [0, 1)");
+  return c;
+}
+
+template <class T>
+void check_module_input(const Var<T>& x, index_t d_model, const char* who, const char* what) {
+  ATTN_CHECK(x.shape().rank() == 3 && x.shape()[2] == d_model, shape_error, who, ": ", what,
+             " must be [B, T, ", d_model, "], got ", x.shape());
+}
+
+// [B, T, n·Dh] -> [B, n, T, Dh]
+template <class T>
+Var<T> split_heads(const Var<T>& x, index_t n) {
+  const Shape& s = x.shape();
+  return transpose_reshape(x, {s[0], s[1], n, s[2] / n}, 1, 2, {s[0], n, s[1], s[2] / n});
+}
+
+// [B, H, T, Dv] -> [B, T, H·Dv]
+template <class T>
+Var<T> merge_heads(const Var<T>& o) {
+  const Shape& s = o.shape();
+  return transpose_reshape(o, s, 1, 2, {s[0], s[2], s[1] * s[3]});
+}
+
+// o = W V for weights w [B, H, Tq, Tk] and values v [B, Hk, Tk, Dv], query head h reading value
+// head h / (H / Hk): the H heads are Hk groups of consecutive heads, so w is [B, Hk, G·Tq, Tk]
+// as it lies in memory and one batched product serves a whole group.
+template <class T>
+Var<T> grouped_values(const Var<T>& w, const Var<T>& v) {
+  const Shape &sw = w.shape(), &sv = v.shape();
+  if (sw[1] == sv[1]) return matmul(w, v);  // [B, H, Tq, Dv]
+  const index_t group = sw[1] / sv[1];
+  const Var<T> o = matmul(reshape(w, {sw[0], sv[1], group * sw[2], sw[3]}), v);
+  return reshape(o, {sw[0], sw[1], sw[2], sv[3]});
+}
+
+template <class T, class F>
+void visit_projection(F& f, std::string_view prefix, std::string_view name,
+                      ProjectionWeights<T>& p) {
+  std::string base(prefix);
+  if (!base.empty()) base += '.';
+  base += name;
+  f(base + ".weight", p.weight);
+  if (p.has_bias) f(base + ".bias", p.bias);
+}
+
+}  // namespace detail
 
 // What an attention probe sees, once per forward (or decode) call of a MultiHeadAttention at
 // evaluation time: the per-head inputs, the exact weights under the module's own score, kernel and
@@ -102,38 +231,59 @@ struct AttentionStep {
 template <class T>
 using AttentionProbe = std::function<void(AttentionStep<T>&)>;
 
-template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
+// Multi-head attention with any score policy. Per head h (query heads H, key/value heads Hk
+// dividing H, width Dh = D / H) and q = x W_Qᵀ + b_Q, k = m W_Kᵀ + b_K, v = m W_Vᵀ + b_V split
+// into heads (m = x for self-attention; tied: W_K = W_Q):
+//     o_i,h = Σ_j κ(s(q_i, k_j)) v_j / Σ_j κ(s(q_i, k_j))   over the keys the mask allows,
+//     y = [o_1, …, o_H] W_Oᵀ + b_O.
+// The score's form (module_scores.hpp) picks the path at compile time:
+//   quadratic    Attention<Score, Kernel, Mask> on q, k (fused, linear or materialised);
+//   transformed  Attention<Score::inner, Kernel, Mask> on transform_q(q), transform_k(k);
+//   pairwise     Score::scores(q, k) -> masked softmax -> W V (softmax kernel only);
+//   key_free     Score::scores(q) -> masked softmax -> W V (no key projection, no cross-attention).
+// Parameters are drawn q, k, v, out and then the score's (a key-free score's in the key
+// projection's place) and visited q_proj (qk_proj when tied; the score's query_name), k_proj, the
+// score's, v_proj, out_proj. Invalid combinations fail to compile with an `attn:` sentence.
+template <MultiHeadScore Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
           MaskPolicy Mask = mask::None, HeadsPolicy H = Heads<dynamic>,
           ProjectionPolicy Projection = projection::Separate, class T = float>
 class MultiHeadAttention {
+  static constexpr ScoreForm form = score_form<Score>();
+  static constexpr bool key_free = form == ScoreForm::key_free;
+  static constexpr bool scores_materialised = form == ScoreForm::pairwise || key_free;
+
+  static_assert(!scores_materialised || std::is_same_v<Kernel, kernel::Softmax>,
+                "attn: pairwise and key-free scores (score::Additive, score::Synthesizer) are "
+                "normalised by a masked softmax; use kernel::Softmax");
+  using InnerScore = inner_score_t<Score>;  // what the Attention operator computes
+  static_assert(!Kernel::feature_map || !HasPositionBias<InnerScore>,
+                "attn: linear attention (a feature-map kernel) has no per-pair score to add a "
+                "position bias to; score::Alibi needs a score kernel such as kernel::Softmax");
+  static_assert(!key_free || !Projection::tied,
+                "attn: a key-free score (score::Synthesizer) has no key projection to tie to the "
+                "query projection");
+
  public:
   using value_type = T;
   using mask_type = Mask;
+  using score_type = Score;
+  using params_type = score_params_t<Score, T>;
   static constexpr bool tied = Projection::tied;
 
-  explicit MultiHeadAttention(const MultiHeadConfig& c) : config_(c), rng_(c.seed) {
-    if constexpr (H::count != dynamic) {
-      ATTN_CHECK(c.heads == 0 || c.heads == H::count, value_error,
-                 "MultiHeadAttention: config.heads = ", c.heads, " but the type fixes ", H::count,
-                 " heads");
-      config_.heads = H::count;
-    }
-    const index_t h = config_.heads, d = c.d_model;
-    ATTN_CHECK(h > 0, value_error, "MultiHeadAttention: the head count must be positive, got ", h);
-    ATTN_CHECK(d > 0 && d % h == 0, value_error, "MultiHeadAttention: d_model ", d,
-               " must be divisible by the head count ", h);
-    if (config_.kv_heads == 0) config_.kv_heads = h;
-    ATTN_CHECK(h % config_.kv_heads == 0, value_error, "MultiHeadAttention: ", config_.kv_heads,
-               " key/value heads do not divide ", h, " query heads");
-    ATTN_CHECK(!tied || config_.kv_heads == h, value_error,
+  explicit MultiHeadAttention(const MultiHeadConfig& c)
+      : config_(detail::resolve_heads<H>(c, "MultiHeadAttention")), rng_(c.seed) {
+    ATTN_CHECK(!tied || config_.kv_heads == config_.heads, value_error,
                "MultiHeadAttention: tied query/key projections need one key head per query head");
-    ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, value_error, "MultiHeadAttention: dropout ",
-               c.dropout, " outside [0, 1)");
-    const index_t kv_width = config_.kv_heads * head_dim();
+    const index_t d = d_model(), kv_width = kv_heads() * head_dim();
     q_proj = ProjectionWeights<T>(d, d, c.bias, c.init_std, rng_);
-    if constexpr (!tied) k_proj = ProjectionWeights<T>(kv_width, d, c.bias, c.init_std, rng_);
+    if constexpr (key_free)
+      score_params = params_type(config_, rng_);
+    else if constexpr (!tied)
+      k_proj =
+          ProjectionWeights<T>(kv_width, d, c.bias && score_key_bias<Score>(), c.init_std, rng_);
     v_proj = ProjectionWeights<T>(kv_width, d, c.bias, c.init_std, rng_);
     out_proj = ProjectionWeights<T>(d, d, c.bias, c.init_std, rng_);
+    if constexpr (!key_free) score_params = params_type(config_, rng_);
   }
 
   index_t d_model() const { return config_.d_model; }
@@ -151,123 +301,192 @@ class MultiHeadAttention {
 
   // Called by every forward and decode pass that records no gradients (under NoGrad), never
   // while training: the step's weights are materialised, [B, H, Tq, Tk], so keep it to analysis.
+  // For transformed scores it sees the transformed q and k; for key-free scores k is empty.
   AttentionProbe<T> probe;
 
   // Self-attention: x [B, T, D] -> [B, T, D]. `weights` receives [B, H, T, T] when given.
   Var<T> operator()(const Var<T>& x, const Mask& mask = {}, Tensor<T>* weights = nullptr) {
-    return (*this)(x, x, mask, weights);
+    return forward(x, x, true, mask, weights);
   }
 
   // Cross-attention: queries from x [B, Tq, D], keys and values from memory [B, Tk, D].
   Var<T> operator()(const Var<T>& x, const Var<T>& memory, const Mask& mask,
                     Tensor<T>* weights = nullptr) {
-    Tape<T>& tape = x.tape();
-    check_input(x, "x");
-    check_input(memory, "memory");
-    ATTN_CHECK(memory.shape()[0] == x.shape()[0], shape_error, "MultiHeadAttention: x ", x.shape(),
-               " and memory ", memory.shape(), " differ in batch size");
-    const Var<T> q = split_heads(q_proj(tape, x), heads());
-    const Var<T> k = tied ? (&memory == &x ? q : split_heads(q_proj(tape, memory), heads()))
-                          : split_heads(key_projection()(tape, memory), kv_heads());
-    const Var<T> v = split_heads(v_proj(tape, memory), kv_heads());
-    return out_proj(tape, merge_heads(attend(q, k, v, mask, weights)));
+    static_assert(!key_free,
+                  "attn: a key-free score (score::Synthesizer) has no keys to take from a memory: "
+                  "no cross-attention");
+    return forward(x, memory, false, mask, weights);
   }
 
-  // Incremental decoding: x holds the new positions [B, t, D]; their keys and values are appended
-  // to `cache`, and they attend to everything cached (with Causal, end-aligned, each new position
-  // sees itself and the past). Costs O(L·D) per new position for L cached ones.
+  // Incremental decoding: x holds the new positions [B, t, D], which follow the L already in
+  // `cache` (positions L … L + t − 1); their keys (transformed, for transformed scores) and
+  // values are appended and they attend to everything cached (with Causal, end-aligned, each new
+  // position sees itself and the past). Costs O(L·D) per new position for L cached ones; the
+  // cache grows by doubling and the fused and materialised paths read it in place.
   Var<T> decode(const Var<T>& x, KVCache<T>& cache, const Mask& mask = {}) {
     Tape<T>& tape = x.tape();
-    check_input(x, "x");
-    const Var<T> q = split_heads(q_proj(tape, x), heads());
-    const Var<T> k_new = tied ? q : split_heads(key_projection()(tape, x), kv_heads());
-    const Var<T> v_new = split_heads(v_proj(tape, x), kv_heads());
-    append(cache.k, k_new.value());
-    append(cache.v, v_new.value());
-    const Var<T> k = tape.leaf(cache.k);
-    const Var<T> v = tape.leaf(cache.v);
-    return out_proj(tape, merge_heads(attend(q, k, v, mask, nullptr)));
+    detail::check_module_input(x, d_model(), "MultiHeadAttention", "x");
+    const index_t L = cache.length();
+    Var<T> q = detail::split_heads(q_proj(tape, x), heads());               // [B, H, t, Dh]
+    const Var<T> v_new = detail::split_heads(v_proj(tape, x), kv_heads());  // [B, Hk, t, Dh]
+    if constexpr (key_free) {
+      const Shape& s = v_new.shape();
+      // Scores first: a step past the score's longest sequence throws with the cache untouched.
+      const Var<T> scores = score.scores(score_params, q, L + s[2], mask);
+      cache.append(Tensor<T>(Shape{s[0], s[1], s[2], 0}), v_new.value(), "MultiHeadAttention");
+      return finish(attend_scores(scores, q, Var<T>(), tape.leaf(cache.values()), mask, nullptr));
+    } else {
+      Var<T> k_new = tied ? q : detail::split_heads(key_projection()(tape, x), kv_heads());
+      if constexpr (form == ScoreForm::transformed) {
+        k_new = score.transform_k(score_params, k_new, L);
+        q = score.transform_q(score_params, q, L);
+      }
+      cache.append(k_new.value(), v_new.value(), "MultiHeadAttention");
+      if constexpr (form == ScoreForm::pairwise) {
+        const Var<T> k = tape.leaf(cache.keys());
+        return finish(attend_scores(score.scores(score_params, q, k, mask), q, k,
+                                    tape.leaf(cache.values()), mask, nullptr));
+      } else if constexpr (Kernel::feature_map) {  // the linear path reads whole tensors
+        return finish(attend(q, tape.leaf(cache.keys()), tape.leaf(cache.values()), mask, nullptr));
+      } else {
+        // Read in place when nothing will run backward through the step; with gradients
+        // recorded, a copy, so a later append that moves the storage cannot pull it away.
+        auto stored = [&](const Tensor<T>& t) {
+          return tape.grad_enabled() ? tape.leaf(t) : tape.view(t);
+        };
+        return finish(attend(q, stored(cache.key_storage()), stored(cache.value_storage()), mask,
+                             nullptr, cache.length()));
+      }
+    }
   }
 
-  // Visits every parameter with its name: q_proj.weight, q_proj.bias, ... (under "prefix." when
-  // a prefix is given).
+  // Visits every parameter with its name: q_proj.weight, q_proj.bias, k_proj.*, the score's,
+  // v_proj.*, out_proj.* (under "prefix." when a prefix is given).
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
-    auto visit = [&](std::string_view name, ProjectionWeights<T>& p) {
-      std::string base(prefix);
-      if (!base.empty()) base += '.';
-      base += name;
-      f(base + ".weight", p.weight);
-      if (p.has_bias) f(base + ".bias", p.bias);
-    };
-    visit(tied ? "qk_proj" : "q_proj", q_proj);
-    if constexpr (!tied) visit("k_proj", k_proj);
-    visit("v_proj", v_proj);
-    visit("out_proj", out_proj);
+    detail::visit_projection(f, prefix, tied ? "qk_proj" : score_query_name<Score>(), q_proj);
+    if constexpr (!tied && !key_free) detail::visit_projection(f, prefix, "k_proj", k_proj);
+    score_params.for_each_parameter(f, prefix);
+    detail::visit_projection(f, prefix, "v_proj", v_proj);
+    detail::visit_projection(f, prefix, "out_proj", out_proj);
   }
 
-  ProjectionWeights<T> q_proj, k_proj, v_proj, out_proj;  // k_proj is unused when tied
+  // k_proj is unused when tied or for a key-free score.
+  ProjectionWeights<T> q_proj, k_proj, v_proj, out_proj;
+  params_type score_params;  // the score's own parameters (none for most)
 
  private:
   ProjectionWeights<T>& key_projection() { return tied ? q_proj : k_proj; }
 
-  void check_input(const Var<T>& x, const char* what) const {
-    ATTN_CHECK(x.shape().rank() == 3 && x.shape()[2] == d_model(), shape_error,
-               "MultiHeadAttention: ", what, " must be [B, T, ", d_model(), "], got ", x.shape());
+  Var<T> forward(const Var<T>& x, const Var<T>& m, bool self, const Mask& mask,
+                 Tensor<T>* weights) {
+    Tape<T>& tape = x.tape();
+    detail::check_module_input(x, d_model(), "MultiHeadAttention", "x");
+    if (!self) {
+      detail::check_module_input(m, d_model(), "MultiHeadAttention", "memory");
+      ATTN_CHECK(m.shape()[0] == x.shape()[0], shape_error, "MultiHeadAttention: x ", x.shape(),
+                 " and memory ", m.shape(), " differ in batch size");
+    }
+    const index_t tq = x.shape()[1], tk = m.shape()[1];
+    Var<T> q = detail::split_heads(q_proj(tape, x), heads());           // [B, H, Tq, Dh]
+    const Var<T> v = detail::split_heads(v_proj(tape, m), kv_heads());  // [B, Hk, Tk, Dh]
+    if constexpr (key_free) {
+      return finish(
+          attend_scores(score.scores(score_params, q, tk, mask), q, Var<T>(), v, mask, weights));
+    } else {
+      Var<T> k = tied ? (self ? q : detail::split_heads(q_proj(tape, m), heads()))
+                      : detail::split_heads(key_projection()(tape, m), kv_heads());
+      if constexpr (form == ScoreForm::transformed) {
+        k = score.transform_k(score_params, k, 0);
+        q = score.transform_q(score_params, q, tk - tq);  // queries end-aligned with the keys
+      }
+      if constexpr (form == ScoreForm::pairwise)
+        return finish(
+            attend_scores(score.scores(score_params, q, k, mask), q, k, v, mask, weights));
+      else
+        return finish(attend(q, k, v, mask, weights));
+    }
   }
 
-  // [B, T, n·Dh] -> [B, n, T, Dh]
-  Var<T> split_heads(const Var<T>& x, index_t n) const {
-    const Shape& s = x.shape();
-    return transpose_reshape(x, {s[0], s[1], n, s[2] / n}, 1, 2, {s[0], n, s[1], s[2] / n});
+  // [B, H, T, Dv] -> out_proj of the merged heads, [B, T, D].
+  Var<T> finish(const Var<T>& o) { return out_proj(o.tape(), detail::merge_heads(o)); }
+
+  bool dropping(const Tape<T>& tape) const {
+    return training && config_.dropout > 0 && tape.grad_enabled();
   }
 
-  // [B, H, T, Dv] -> [B, T, H·Dv]
-  static Var<T> merge_heads(const Var<T>& o) {
-    const Shape& s = o.shape();
-    return transpose_reshape(o, s, 1, 2, {s[0], s[2], s[1] * s[3]});
-  }
-
-  Var<T> attend(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& mask,
-                Tensor<T>* weights) {
-    Attention<Score, Kernel, Mask> op{score, kernel, mask};
-    if (training && config_.dropout > 0 && q.tape().grad_enabled())
-      op.dropout = AttentionDropout{config_.dropout, rng_.split()};
-    if (!probe || q.tape().grad_enabled()) return op(q, k, v, weights);
-
-    AttentionStep<T> step{q.value(), k.value(), v.value(), {}, {}};
-    step.output = op(q, k, v, &step.weights).value();
+  // The probe's turn (evaluation only): it sees the step and may replace the output.
+  Var<T> probed(AttentionStep<T>& step, Tensor<T>* weights, Tape<T>& tape) {
     const Shape expected = step.output.shape();
     probe(step);
     ATTN_CHECK(step.output.shape() == expected, shape_error,
                "MultiHeadAttention: the probe changed the output shape from ", expected, " to ",
                step.output.shape());
     if (weights != nullptr) *weights = std::move(step.weights);
-    return q.tape().leaf(step.output);
+    return tape.leaf(step.output);
   }
 
-  // Appends `fresh` [B, Hk, t, Dh] to `cache` along the time axis.
-  static void append(Tensor<T>& cache, const Tensor<T>& fresh) {
-    const Shape& f = fresh.shape();
-    if (cache.rank() != 4) {
-      cache = fresh;
-      return;
+  // Quadratic and transformed scores: the Attention operator. key_length > 0: k and v are a
+  // cache's storage, of which the first key_length rows per head are attended to.
+  Var<T> attend(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& mask,
+                Tensor<T>* weights, index_t key_length = 0) {
+    InnerScore inner{};
+    if constexpr (form == ScoreForm::quadratic) inner = score;
+    Attention<InnerScore, Kernel, Mask> op{inner, kernel, mask};
+    op.key_length = key_length;
+    if (dropping(q.tape())) op.dropout = AttentionDropout{config_.dropout, rng_.split()};
+    if (!probe || q.tape().grad_enabled()) return op(q, k, v, weights);
+
+    Tape<T>& tape = q.tape();
+    AttentionStep<T> step{
+        q.value(), compact(k.value(), key_length), compact(v.value(), key_length), {}, {}};
+    if (key_length == 0) {
+      step.output = op(q, k, v, &step.weights).value();
+    } else {  // the probe sees the cached rows only
+      op.key_length = 0;
+      step.output = op(q, tape.leaf(step.k), tape.leaf(step.v), &step.weights).value();
     }
-    const Shape& c = cache.shape();
-    ATTN_CHECK(c[0] == f[0] && c[1] == f[1] && c[3] == f[3], shape_error,
-               "MultiHeadAttention::decode: cache ", c, " does not fit new keys ", f);
-    Tensor<T> grown(Shape{c[0], c[1], c[2] + f[2], c[3]});
-    for (index_t bh = 0; bh < c[0] * c[1]; ++bh) {
-      std::copy_n(cache.data() + bh * c[2] * c[3], c[2] * c[3],
-                  grown.data() + bh * (c[2] + f[2]) * c[3]);
-      std::copy_n(fresh.data() + bh * f[2] * f[3], f[2] * f[3],
-                  grown.data() + (bh * (c[2] + f[2]) + c[2]) * c[3]);
-    }
-    cache = std::move(grown);
+    return probed(step, weights, tape);
+  }
+
+  // Pairwise and key-free scores s [B, H, Tq, Tk]: W = masked softmax (dropped out while
+  // training; `weights` receives it before dropout), o = W V. A row with no allowed key gives 0.
+  Var<T> attend_scores(const Var<T>& s, const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                       const Mask& mask, Tensor<T>* weights) {
+    Tape<T>& tape = s.tape();
+    Var<T> w = masked_softmax(s, mask);  // [B, H, Tq, Tk]
+    if (weights) *weights = w.value();
+    if (dropping(tape)) w = dropout(w, config_.dropout, rng_);
+    const Var<T> o = detail::grouped_values(w, v);  // [B, H, Tq, Dv]
+    if (!probe || tape.grad_enabled()) return o;
+    AttentionStep<T> step{q.value(), k.valid() ? k.value() : Tensor<T>(), v.value(), w.value(),
+                          o.value()};
+    return probed(step, weights, tape);
+  }
+
+  // The first `rows` rows per head of t [B, N, L, D] (all of t when rows is 0).
+  static Tensor<T> compact(const Tensor<T>& t, index_t rows) {
+    if (rows == 0 || rows == t.shape()[2]) return t;
+    const Shape& s = t.shape();
+    Tensor<T> out(Shape{s[0], s[1], rows, s[3]});
+    for (index_t bh = 0; bh < s[0] * s[1]; ++bh)
+      std::copy_n(t.data() + bh * s[2] * s[3], rows * s[3], out.data() + bh * rows * s[3]);
+    return out;
   }
 
   MultiHeadConfig config_;
   Rng rng_;
 };
+
+// The learned-score modules of earlier versions, as the scores they are now.
+template <MaskPolicy Mask = mask::None, HeadsPolicy H = Heads<dynamic>, class T = float>
+using BilinearAttention =
+    MultiHeadAttention<score::Bilinear, kernel::Softmax, Mask, H, projection::Separate, T>;
+template <MaskPolicy Mask = mask::None, HeadsPolicy H = Heads<dynamic>, class T = float>
+using AdditiveAttention =
+    MultiHeadAttention<score::Additive, kernel::Softmax, Mask, H, projection::Separate, T>;
+template <MaskPolicy Mask = mask::Causal, HeadsPolicy H = Heads<dynamic>, class T = float>
+using SynthesizerAttention =
+    MultiHeadAttention<score::Synthesizer, kernel::Softmax, Mask, H, projection::Separate, T>;
 
 }  // namespace attn

@@ -164,7 +164,8 @@ KeyPanels<T> pack_key_panels(const T* src, const AttentionGeometry& g, index_t d
 }
 
 // The ‖k‖² term of a quadratic score, beta_k ‖k_j‖² for every key row (b, hk, j) in order
-// [B·Hk·Tk]; null when beta_k = 0 (the CUDA blocks compute the same per tile: key_norms).
+// [B·Hk·Tk]; null when beta_k = 0 (the CUDA blocks take ‖k_j‖² from the same squared_norm, per
+// tile: load_key_norms).
 template <ScorePolicy Score, class T>
 const T* key_norm_bias(const AttentionGeometry& g, const T* k, std::vector<T>& buf) {
   if constexpr (Score::beta_k == 0) {
@@ -173,9 +174,7 @@ const T* key_norm_bias(const AttentionGeometry& g, const T* k, std::vector<T>& b
     buf.resize(static_cast<std::size_t>(g.B * g.Hk * g.Tk));
     for (index_t bh = 0; bh < g.B * g.Hk; ++bh)
       for (index_t j = 0; j < g.Tk; ++j) {
-        const T* kr = k + g.k_off(bh / g.Hk, bh % g.Hk, j);
-        T n = 0;
-        for (index_t c = 0; c < g.Dh; ++c) n += kr[c] * kr[c];
+        const T n = squared_norm<T>(k + g.k_off(bh / g.Hk, bh % g.Hk, j), g.Dh);
         buf[static_cast<std::size_t>(bh * g.Tk + j)] = static_cast<T>(Score::beta_k) * n;
       }
     return buf.data();

@@ -142,6 +142,15 @@ ATTN_HOST_DEVICE auto head_position_bias(const S& s, index_t h, index_t heads) {
     return NoPositionBias{};
 }
 
+// ‖x‖² accumulated in A: the ‖k‖² of NegSqEuclidean-like scores, computed by this one function
+// in the CPU fused kernel (online_softmax.hpp) and the CUDA block programs (flash_block.hpp).
+template <class A, class T>
+ATTN_HOST_DEVICE A squared_norm(const T* x, index_t d) {
+  A n = 0;
+  for (index_t i = 0; i < d; ++i) n += static_cast<A>(x[i]) * static_cast<A>(x[i]);
+  return n;
+}
+
 // One score from its parts, s = alpha q·k + beta_q ‖q‖² + beta_k ‖k‖², in the type A the caller
 // accumulates in (float on a GPU). The tiled kernels compute the q·k of a whole tile at once and
 // finish each element with this; tests hold it equal to the policy's operator()(q, k, d).

@@ -28,7 +28,8 @@ PairArray<T>& pairwise_scratch() {
 }
 
 struct PairwiseGeometry {
-  index_t B = 0, H = 0, Hk = 0, Tq = 0, Tk = 0, Da = 0;  // query head h pairs with key head h / (H / Hk)
+  index_t B = 0, H = 0, Hk = 0, Tq = 0, Tk = 0,
+          Da = 0;  // query head h pairs with key head h / (H / Hk)
 };
 
 template <class Allowed>
@@ -94,7 +95,8 @@ struct AdditiveScoresOp {
 
 // Additive scores of all pairs: a [B, H, Tq, Da] (query side, W₁ᵃ q + b₁ per head), c [B, Hk, Tk,
 // Da] (key side, W₁ᵇ k per key head; Hk divides H), w [H, Da] (one score vector per head) give
-//     s[b, h, i, j] = Σ_d w[h, d] tanh(a[b, h, i, d] + c[b, h / (H / Hk), j, d])   -> [B, H, Tq, Tk].
+//     s[b, h, i, j] = Σ_d w[h, d] tanh(a[b, h, i, d] + c[b, h / (H / Hk), j, d])   -> [B, H, Tq,
+//     Tk].
 // Pairs the predicate rules out (a mask policy, e.g. mask::Causal: about half the pairs) are not
 // computed and hold 0; pass the same mask to masked_softmax, which ignores them.
 template <class T, detail::PairPredicate Allowed = detail::AllPairs>
@@ -109,10 +111,9 @@ Var<T> additive_scores(const Var<T>& a, const Var<T>& c, const Var<T>& w,
              "additive_scores: a must be [B, H, Tq, Da], c [B, Hk, Tk, Da] and w [H, Da], got ", sa,
              ", ", sc, ", ", sw);
   const detail::PairwiseGeometry g{sa[0], sa[1], sc[1], sa[2], sc[2], sa[3]};
-  ATTN_CHECK(sc[0] == g.B && g.Hk > 0 && g.H % g.Hk == 0 && sc[3] == g.Da && sw[0] == g.H &&
-                 sw[1] == g.Da,
-             shape_error, "additive_scores: shapes do not fit together: a ", sa, ", c ", sc, ", w ",
-             sw);
+  ATTN_CHECK(
+      sc[0] == g.B && g.Hk > 0 && g.H % g.Hk == 0 && sc[3] == g.Da && sw[0] == g.H && sw[1] == g.Da,
+      shape_error, "additive_scores: shapes do not fit together: a ", sa, ", c ", sc, ", w ", sw);
   detail::validate_pairs(allowed, g.B, g.Tq, g.Tk);
   auto [s, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Tk}, "additive_scores",
                              a.requires_grad() || c.requires_grad() || w.requires_grad());
@@ -123,9 +124,9 @@ Var<T> additive_scores(const Var<T>& a, const Var<T>& c, const Var<T>& w,
   // One task per query row (b, h, i): its Tk scores.
   parallel_for(g.B * g.H * g.Tq, 6.0 * double(g.Tk) * double(g.Da), [&](index_t r) {
     const index_t i = r % g.Tq, bh = r / g.Tq, b = bh / g.H, h = bh % g.H;
-    const detail::PairConstMap<T> A(av + r * g.Da, g.Da);  // a[b, h, i, :]
+    const detail::PairConstMap<T> A(av + r * g.Da, g.Da);           // a[b, h, i, :]
     const T* C = cv + (b * g.Hk + h / (g.H / g.Hk)) * g.Tk * g.Da;  // c[b, h / (H / Hk), :, :]
-    const detail::PairConstMap<T> W(wv + h * g.Da, g.Da);  // w[h, :]
+    const detail::PairConstMap<T> W(wv + h * g.Da, g.Da);           // w[h, :]
     for (index_t j = 0; j < g.Tk; ++j)
       out[r * g.Tk + j] = allowed.allowed(b, i, j, g.Tq, g.Tk)
                               ? (W * (A + detail::PairConstMap<T>(C + j * g.Da, g.Da)).tanh()).sum()
