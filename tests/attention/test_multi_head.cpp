@@ -92,6 +92,12 @@ TEST_CASE("decoding with the key/value cache equals running the full sequence") 
   };
   attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal> separate(c);
   check(separate);
+  // The cache read in place (capacity doubling past 70 positions) by the materialised path, and
+  // by the fused path with ALiBi's distances.
+  attn::MultiHeadAttention<score::ScaledDot, kernel::Polynomial<2>, mask::Causal> poly(c);
+  check(poly);
+  attn::MultiHeadAttention<score::Alibi, kernel::Softmax, mask::Causal> alibi(c);
+  check(alibi);
   c.kv_heads = 0;
   attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal, attn::Heads<4>,
                            attn::projection::Tied>

@@ -34,6 +34,7 @@
 // tests/attention/test_learned_scores.cpp (docs/attention.md, "Adding a score").
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>

@@ -98,18 +98,13 @@ struct NegSqEuclidean {
 //     b_h(δ) = −m_h · |δ|,   δ = p_i − p_j,
 // to the scaled dot product q·k/√d. Under a causal mask δ ≥ 0 and this is the paper's
 // −m_h (i − j); under other masks it is the symmetric variant (a key as far in the future costs
-// as much as one as far in the past). The slopes are the paper's geometric sequence: for H a
-// power of two m_h = 2^{−8(h+1)/H} (h = 0 … H − 1; 8 heads: 1/2, 1/4, …, 1/256); otherwise the
-// H' = 2^⌊log₂ H⌋ slopes of H' heads, then every other slope of 2H' heads (the odd powers
-// 2^{−4(2c+1)/H'}), c = 0 … H − H' − 1, as the paper's reference code extends them.
-struct Alibi {
+// as much as one as far in the past); alpha, beta and the literal q·k/√d are ScaledDot's. The
+// slopes are the paper's geometric sequence: for H a power of two m_h = 2^{−8(h+1)/H} (h = 0 … H −
+// 1; 8 heads: 1/2, 1/4, …, 1/256); otherwise the H' = 2^⌊log₂ H⌋ slopes of H' heads, then every
+// other slope of 2H' heads (the odd powers 2^{−4(2c+1)/H'}), c = 0 … H − H' − 1, as the paper's
+// reference code extends them.
+struct Alibi : ScaledDot {
   static constexpr const char* name = "alibi";
-  static constexpr double beta_q = 0, beta_k = 0;
-  ATTN_HOST_DEVICE double alpha(index_t d) const { return 1.0 / std::sqrt(static_cast<double>(d)); }
-  template <class T>
-  ATTN_HOST_DEVICE double operator()(const T* q, const T* k, index_t d) const {
-    return detail::dot(q, k, d) * alpha(d);
-  }
 
   // m_h, the slope of head h of `heads`.
   ATTN_HOST_DEVICE static double slope(index_t h, index_t heads) {

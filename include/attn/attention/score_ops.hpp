@@ -43,6 +43,27 @@ void rotary_table(index_t p0, index_t rows, index_t d, double base, Tensor<T>& c
   }
 }
 
+// Every pair (a_{2c}, a_{2c+1}) of every row t of a [B, N, T, D] turned by the angle whose cos
+// and sin are in the tables [T, D/2], backwards (sign −1: the transposed rotation) or forwards,
+// into o (added to it when `add`):  o_{2c} = a_{2c} cos − s a_{2c+1} sin,
+//                                   o_{2c+1} = s a_{2c} sin + a_{2c+1} cos,   s = sign.
+template <class T>
+void rotate_pairs(const RowsGeometry& g, const T* cs, const T* sn, const T* a, T* o, T sign,
+                  bool add) {
+  const index_t pairs = g.D / 2;
+  parallel_for(g.B * g.N * g.T, 6.0 * double(g.D), [&](index_t r) {
+    const index_t t = r % g.T;
+    const T* x = a + r * g.D;
+    T* y = o + r * g.D;
+    for (index_t c = 0; c < pairs; ++c) {
+      const T co = cs[t * pairs + c], si = sign * sn[t * pairs + c];
+      const T y0 = x[2 * c] * co - x[2 * c + 1] * si, y1 = x[2 * c] * si + x[2 * c + 1] * co;
+      y[2 * c] = add ? y[2 * c] + y0 : y0;
+      y[2 * c + 1] = add ? y[2 * c + 1] + y1 : y1;
+    }
+  });
+}
+
 // y = R_t x per pair (x_{2c}, x_{2c+1}) of row t; R_t is a rotation, so dx = R_tᵀ dy:
 //   dx_{2c} = dy_{2c} cos + dy_{2c+1} sin,   dx_{2c+1} = −dy_{2c} sin + dy_{2c+1} cos.
 // self.saved[0], [1]: the cos and sin tables [T, D/2].
@@ -53,21 +74,8 @@ struct RotaryOp {
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     if (!tape.requires_grad(x)) return;
-    const T* cs = self.saved[0].data();
-    const T* sn = self.saved[1].data();
-    const T* dy = self.grad->data();
-    T* dx = tape.grad(x).data();
-    const index_t pairs = g.D / 2;
-    parallel_for(g.B * g.N * g.T, 6.0 * double(g.D), [&](index_t r) {
-      const index_t t = r % g.T;
-      const T* d = dy + r * g.D;
-      T* o = dx + r * g.D;
-      for (index_t c = 0; c < pairs; ++c) {
-        const T co = cs[t * pairs + c], si = sn[t * pairs + c];
-        o[2 * c] += d[2 * c] * co + d[2 * c + 1] * si;
-        o[2 * c + 1] += -d[2 * c] * si + d[2 * c + 1] * co;
-      }
-    });
+    rotate_pairs(g, self.saved[0].data(), self.saved[1].data(), self.grad->data(),
+                 tape.grad(x).data(), T{-1}, true);
   }
 };
 
@@ -143,21 +151,8 @@ Var<T> rotary_rotation(const Var<T>& x, index_t position0, double base = 10000.0
   auto [y, node] = tape.push(x.shape(), "rotary_rotation", x.requires_grad());
   node.saved.resize(2);
   detail::rotary_table(position0, g.T, g.D, base, node.saved[0], node.saved[1]);
-  const T* cs = node.saved[0].data();
-  const T* sn = node.saved[1].data();
-  const T* xv = x.value().data();
-  T* yv = node.value->data();
-  const index_t pairs = g.D / 2;
-  parallel_for(g.B * g.N * g.T, 6.0 * double(g.D), [&](index_t r) {
-    const index_t t = r % g.T;
-    const T* a = xv + r * g.D;
-    T* o = yv + r * g.D;
-    for (index_t c = 0; c < pairs; ++c) {
-      const T co = cs[t * pairs + c], si = sn[t * pairs + c];
-      o[2 * c] = a[2 * c] * co - a[2 * c + 1] * si;
-      o[2 * c + 1] = a[2 * c] * si + a[2 * c + 1] * co;
-    }
-  });
+  detail::rotate_pairs(g, node.saved[0].data(), node.saved[1].data(), x.value().data(),
+                       node.value->data(), T{1}, false);
   if (node.requires_grad) tape.set_backward(node, detail::RotaryOp{x.index(), g});
   return y;
 }

@@ -155,15 +155,10 @@ class Tape {
   // A constant that refers to `value` instead of copying it (no gradient): for large read-only
   // inputs such as a decoding cache. `value` must stay alive and unchanged while the Var is used.
   Var<T> view(const Tensor<T>& value) {
-    Node<T>& n = next_node();
-    n.value = const_cast<Tensor<T>*>(&value);  // never written: operations only read their inputs
+    Node<T>& n = external_node(const_cast<Tensor<T>*>(&value), "view");  // never written
     n.grad = &n.own_grad;
-    n.external = true;
     n.requires_grad = false;
     n.grad_live = false;
-    n.grad_freed = false;
-    n.name = "view";
-    n.backward = nullptr;
     return Var<T>(this, static_cast<std::int32_t>(size_ - 1), generation_);
   }
 
@@ -171,15 +166,10 @@ class Tape {
   Var<T> param(Parameter<T>& p) {
     ATTN_CHECK(p.grad.shape() == p.value.shape(), shape_error, "Tape::param: gradient shape ",
                p.grad.shape(), " differs from value shape ", p.value.shape());
-    Node<T>& n = next_node();
-    n.value = &p.value;
+    Node<T>& n = external_node(&p.value, "param");
     n.grad = &p.grad;
-    n.external = true;
     n.requires_grad = grad_enabled_;
     n.grad_live = true;
-    n.grad_freed = false;
-    n.name = "param";
-    n.backward = nullptr;
     return Var<T>(this, static_cast<std::int32_t>(size_ - 1), generation_);
   }
 
@@ -329,6 +319,17 @@ class Tape {
   Node<T>& next_node() {
     if (size_ == nodes_.size()) nodes_.push_back(std::make_unique<Node<T>>());
     return *nodes_[size_++];
+  }
+
+  // A node whose value lives outside the tape (a Parameter's, or a viewed tensor).
+  Node<T>& external_node(Tensor<T>* value, std::string_view name) {
+    Node<T>& n = next_node();
+    n.value = value;
+    n.external = true;
+    n.grad_freed = false;
+    n.name = name;
+    n.backward = nullptr;
+    return n;
   }
 
   // Gives n a gradient buffer of its value's size (contents unspecified) from the pool: one of
