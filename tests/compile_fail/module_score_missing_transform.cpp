@@ -8,22 +8,19 @@ struct HalfScore {
   static constexpr const char* name = "half";
   static constexpr attn::ScoreForm form = attn::ScoreForm::transformed;
   using inner = attn::score::ScaledDot;
-  template <class T>
-  attn::Var<T> transform_q(attn::score_params_t<HalfScore, T>&, const attn::Var<T>& q,
-                           attn::index_t) const {
+  template <class P, class T>  // P: the score's parameters (none here)
+  attn::Var<T> transform_q(P&, const attn::Var<T>& q, attn::index_t) const {
     return q;
   }
 #ifdef ATTN_COMPILE_FAIL_FIXED
-  template <class T>
-  attn::Var<T> transform_k(attn::score_params_t<HalfScore, T>&, const attn::Var<T>& k,
-                           attn::index_t) const {
+  template <class P, class T>
+  attn::Var<T> transform_k(P&, const attn::Var<T>& k, attn::index_t) const {
     return k;
   }
 #endif
-  template <class T>
-  double reference(const attn::score_params_t<HalfScore, T>&, attn::index_t, attn::index_t,
-                   const double*, const double*, attn::index_t, attn::index_t,
-                   attn::index_t) const {
+  template <class P>
+  double reference(const P&, attn::index_t, attn::index_t, const double*, const double*,
+                   attn::index_t, attn::index_t, attn::index_t) const {
     return 0.0;
   }
 };

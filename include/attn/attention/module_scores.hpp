@@ -26,6 +26,7 @@
 // Params(const MultiHeadConfig&, Rng&) with the module's resolved config, and visiting its
 // Parameters by name with for_each_parameter(f, prefix)); `key_bias = false` (the key projection
 // has no bias); `query_name` (the checkpoint name of the query projection, "q_proj" otherwise).
+// (A score without Params takes its hooks' parameter argument as a template `P&`.)
 // Every form but quadratic also gives its formula literally, in double, for the tests' oracle:
 //   double reference(const Params<T>&, h, H, const double* q, const double* k, Dh, p_i, p_j) const;
 // (q and k: head h's query and key vectors straight from the projections, k null for key_free;
