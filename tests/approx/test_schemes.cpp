@@ -27,6 +27,14 @@ namespace kernel = attn::kernel;
 namespace score = attn::score;
 
 static_assert(attn::nn::AttentionModule<approx::LinformerAttention<4, mask::Causal>>);
+// Which modules' steps the approximations can replace: q·k scores without a position bias.
+template <class S>
+using CausalMha = attn::MultiHeadAttention<S, kernel::Softmax, mask::Causal>;
+static_assert(approx::approximable<CausalMha<score::ScaledDot>>);
+static_assert(approx::approximable<CausalMha<score::Rotary>>);  // on the rotated q, k
+static_assert(!approx::approximable<CausalMha<score::Alibi>>);
+static_assert(!approx::approximable<CausalMha<score::Additive>>);
+static_assert(!approx::approximable<approx::LinformerAttention<4, mask::Causal>>);
 static_assert(attn::nn::AttentionModule<approx::LinformerAttention<8, mask::None>>);
 
 namespace {
