@@ -5,7 +5,8 @@ attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodi
 # Alone: it replaces the global operator new to count allocations.
 attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
 attn_add_test(attention attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp attention/test_paths_feature_map.cpp
-              attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp)
+              attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp
+              attention/test_masks.cpp)
 attn_add_test(attention_torch_parity attention/test_torch_parity.cpp DATA)
 attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp DATA)
 # Programs that must not compile, each with the concept or static_assert it must trip.

@@ -138,33 +138,3 @@ TEST_CASE("random features converge to softmax attention as the feature count gr
   // The estimator's error shrinks like 1/√F: 64x the features should divide it by about 8.
   CHECK(err4096 < err64 / 2);
 }
-
-TEST_CASE("mask tile classification agrees with the elementwise mask") {
-  const index_t tq = 50, tk = 70;
-  Tensor<std::uint8_t> custom({tq, tk});
-  attn::Rng rng(5);
-  for (auto& x : custom) x = static_cast<std::uint8_t>(rng.uniform() < 0.7);
-  auto check = [&](const auto& m) {
-    m.validate(2, tq, tk);
-    for (int trial = 0; trial < 300; ++trial) {
-      const index_t i0 = static_cast<index_t>(rng.uniform_int(tq)),
-                    j0 = static_cast<index_t>(rng.uniform_int(tk));
-      const index_t i1 =
-          i0 + 1 + static_cast<index_t>(rng.uniform_int(static_cast<std::uint64_t>(tq - i0)));
-      const index_t j1 =
-          j0 + 1 + static_cast<index_t>(rng.uniform_int(static_cast<std::uint64_t>(tk - j0)));
-      const index_t b = trial % 2;
-      const attn::TileKind got = m.tile(b, i0, i1, j0, j1, tq, tk);
-      const attn::TileKind truth = attn::classify_elementwise(m, b, i0, i1, j0, j1, tq, tk);
-      CHECK(got == truth);
-    }
-  };
-  check(mask::None{});
-  check(mask::Causal{});
-  check(mask::CausalTopLeft{});
-  check(mask::SlidingWindow{5, 2});
-  check(mask::SlidingWindow::causal(8));
-  check(mask::Padding({30, 70}));
-  check(mask::Custom(custom));
-  check(mask::BigBird{8, 1, 1, 2, 3});
-}

@@ -11,3 +11,12 @@
 #else
 #define ATTN_HOST_DEVICE
 #endif
+
+// ATTN_EXEC_CHECK_DISABLE goes before an ATTN_HOST_DEVICE template whose instantiations may call
+// host-only functions (mask::And<Causal, Padding>): nvcc then checks the call only where a device
+// function really makes it, instead of warning for every host instantiation.
+#if defined(__NVCC__)
+#define ATTN_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#define ATTN_EXEC_CHECK_DISABLE
+#endif
