@@ -25,18 +25,29 @@ namespace attn::test {
 
 template <class Mask>
 Mask make_mask(index_t batch, index_t tq, index_t tk) {
-  if constexpr (std::is_same_v<Mask, mask::SlidingWindow>) {
+  if constexpr (requires(Mask m) { m.first, m.second; }) {  // And / Or: from their parts
+    return Mask{make_mask<decltype(Mask::first)>(batch, tq, tk),
+                make_mask<decltype(Mask::second)>(batch, tq, tk)};
+  } else if constexpr (std::is_same_v<Mask, mask::SlidingWindow>) {
     return mask::SlidingWindow{3, 1};
   } else if constexpr (std::is_same_v<Mask, mask::Padding>) {
     std::vector<index_t> lengths;
     for (index_t b = 0; b < batch; ++b)
       lengths.push_back(b == 1 ? 0 : std::max<index_t>(1, tk - 2 * b));
     return mask::Padding(lengths);
+  } else if constexpr (std::is_same_v<Mask, mask::LeftPadding>) {
+    std::vector<index_t> starts;  // batch entry 1 is all padding
+    for (index_t b = 0; b < batch; ++b) starts.push_back(b == 1 ? tk : std::min(tk - 1, 2 + b));
+    return mask::LeftPadding(starts);
   } else if constexpr (std::is_same_v<Mask, mask::Custom>) {
-    Tensor<std::uint8_t> m({tq, tk});
-    for (index_t i = 0; i < tq; ++i)
-      for (index_t j = 0; j < tk; ++j)
-        m(i, j) = static_cast<std::uint8_t>((i * 7 + j * 3) % 5 != 0 && i != 2);
+    // One matrix per batch entry when there are several (each its own pattern), else one shared.
+    const index_t entries = batch > 1 ? batch : 1;
+    Tensor<std::uint8_t> m(entries > 1 ? Shape{entries, tq, tk} : Shape{tq, tk});
+    for (index_t b = 0; b < entries; ++b)
+      for (index_t i = 0; i < tq; ++i)
+        for (index_t j = 0; j < tk; ++j)
+          m[(b * tq + i) * tk + j] =
+              static_cast<std::uint8_t>((i * 7 + j * 3 + b) % 5 != 0 && i != 2 + b);
     return mask::Custom(m);
   } else if constexpr (std::is_same_v<Mask, mask::BigBird>) {
     return mask::BigBird{4, 1, 1, 1, 5};
@@ -84,7 +95,8 @@ template <class Score, class Kernel, class Mask, class T>
 void check_combination() {
   attn::Rng rng(17);
   for (const Size& z : sizes) {
-    // Causal masks with Tq > Tk leave whole rows empty; the Padding mask leaves batch 1 empty.
+    // Causal masks with Tq > Tk leave whole rows empty; Padding and LeftPadding leave batch 1
+    // empty.
     const Tensor<T> q = Tensor<T>::randn({z.B, z.H, z.Tq, z.Dh}, rng, 0, 0.8);
     const Tensor<T> k = Tensor<T>::randn({z.B, z.Hk, z.Tk, z.Dh}, rng, 0, 0.8);
     const Tensor<T> v = Tensor<T>::randn({z.B, z.Hk, z.Tk, z.Dv}, rng);
@@ -143,5 +155,10 @@ void check_all_masks() {
   check_combination<Score, Kernel, mask::Custom, T>();
   check_combination<Score, Kernel, mask::BigBird, T>();
 }
+
+// The compositions, on a few combinations rather than every one (each mask type instantiates
+// every path again): a left-padded causal batch and local-or-pattern attention.
+using LeftPaddedCausal = mask::And<mask::Causal, mask::LeftPadding>;
+using WindowOrCustom = mask::Or<mask::SlidingWindow, mask::Custom>;
 
 }  // namespace attn::test

@@ -4,6 +4,7 @@
 #include <attn/attention/multi_head.hpp>
 #include <attn/attn.hpp>
 #include <cmath>
+#include <string>
 
 using attn::index_t;
 using attn::Tensor;
@@ -137,4 +138,39 @@ TEST_CASE("random features converge to softmax attention as the feature count gr
   INFO("mean max error at F = 64: " << err64 << ", at F = 4096: " << err4096);
   // The estimator's error shrinks like 1/√F: 64x the features should divide it by about 8.
   CHECK(err4096 < err64 / 2);
+}
+
+TEST_CASE_TEMPLATE("random features: a large future key does not change earlier causal outputs", T,
+                   float, double) {
+  // Causal attention must not let key j influence a query i < j, and in exact arithmetic it does
+  // not: whatever stabiliser the keys' features subtract, it must not depend on later keys, or
+  // their size shows up in earlier rows through underflow and rounding.
+  attn::Rng rng(12);
+  const index_t L = 9, D = 4;
+  Tensor<T> q = Tensor<T>::randn({1, 1, L, D}, rng, 0, 0.5),
+            k = Tensor<T>::randn({1, 1, L, D}, rng, 0, 0.5);
+  const Tensor<T> v = Tensor<T>::randn({1, 1, L, 3}, rng);
+  attn::Attention<score::ScaledDot, kernel::RandomFeatures, mask::Causal> linear{{}, {64, 3}, {}};
+  auto materialised = linear;
+  materialised.path = attn::AttentionPath::materialized;
+  for (const auto* op : {&linear, &materialised}) {
+    auto run = [&](const Tensor<T>& keys) {
+      attn::Tape<T> tape;
+      return Tensor<T>((*op)(tape.leaf(q), tape.leaf(keys), tape.leaf(v)).value());
+    };
+    const Tensor<T> before = run(k);
+    Tensor<T> big = k;
+    for (index_t d = 0; d < D; ++d) big(0, 0, L - 1, d) = T(60) * (d % 2 == 0 ? 1 : -1);
+    const Tensor<T> after = run(big);
+    double worst = 0, scale = 0;
+    for (index_t i = 0; i + 1 < L; ++i)
+      for (index_t d = 0; d < 3; ++d) {
+        worst = std::max(worst, std::abs(double(before(0, 0, i, d)) - double(after(0, 0, i, d))));
+        scale = std::max(scale, std::abs(double(before(0, 0, i, d))));
+      }
+    const std::string path = op == &linear ? "linear" : "materialised";
+    CAPTURE(path);
+    CHECK(scale > 0.1);  // the rows are not all zero
+    CHECK(worst == 0);
+  }
 }

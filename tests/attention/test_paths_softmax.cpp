@@ -14,3 +14,8 @@ TEST_CASE_TEMPLATE("softmax attention: fused path = reference, every score and m
   check_combination<score::Alibi, kernel::Softmax, mask::None, T>();
   check_combination<score::Alibi, kernel::Softmax, mask::Padding, T>();
 }
+
+TEST_CASE_TEMPLATE("softmax attention: fused path = reference, composed masks", T, float, double) {
+  check_combination<score::ScaledDot, kernel::Softmax, LeftPaddedCausal, T>();
+  check_combination<score::NegSqEuclidean, kernel::Softmax, WindowOrCustom, T>();
+}

@@ -130,9 +130,9 @@ std::vector<std::vector<index_t>> lsh_candidates(const Tensor<T>& q, const Tenso
 // Attention of query head (b, h) restricted to given key sets: for every query i,
 //     o_i = Σ_{j ∈ S_i} κ(q_i, k_j) v_j / Σ_{j ∈ S_i} κ(q_i, k_j)      (o_i = 0 when the sum is 0),
 // with κ the model's kernel of its score: exp(s − max over S_i) for Softmax (the max cancels),
-// s^C for Polynomial<C>, φ(c·q)·φ(c·k) for the EluPlusOne and Relu feature maps (c as in
-// Attention). Only the |S_i| selected pairs are scored: O(Σ_i |S_i|·(Dh + Dv)). Writes
-// out[b, h] ([B, H, Tq, Dv]).
+// s^C for Polynomial<C>, φ(c·q)·φ(c·k) for the exact feature maps (EluPlusOne, Relu, TaylorExp; c
+// as in Attention). Only the |S_i| selected pairs are scored: O(Σ_i |S_i|·(Dh + Dv)). Writes out[b,
+// h] ([B, H, Tq, Dv]).
 template <ScorePolicy Score, KernelPolicy Kernel, class T>
 void restricted_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v,
                           const Score& score, const Kernel& kernel, index_t b, index_t h,
@@ -155,24 +155,24 @@ void restricted_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
   // Feature maps: φ of every key once.
   std::vector<std::vector<double>> fk;
   [[maybe_unused]] const double c = attn::detail::feature_input_scale<Score>(g.Dh);
-  [[maybe_unused]] const Tensor<double> no_matrix;
-  const auto phi = [&](const auto* x) {  // generic: instantiated for feature maps only
+  const auto phi = [&](const auto* x, FeatureSide side) {  // generic: for feature maps only
     std::vector<double> r = vec(x);
     for (double& xi : r) xi *= c;
-    return attn::detail::feature_map(kernel, r, no_matrix, 0.0);
+    return attn::detail::reference_features(kernel, r, g.Dh, side);
   };
   if constexpr (Kernel::feature_map) {
     static_assert(std::is_same_v<Score, score::Dot> || std::is_same_v<Score, score::ScaledDot>,
                   "attn: feature-map kernels need an inner-product score (score::Dot or "
                   "score::ScaledDot)");
-    for (index_t j = 0; j < g.Tk; ++j) fk.push_back(phi(k.data() + g.k_off(b, hk, j)));
+    for (index_t j = 0; j < g.Tk; ++j)
+      fk.push_back(phi(k.data() + g.k_off(b, hk, j), FeatureSide::key));
   }
   std::vector<double> kappa, acc(static_cast<std::size_t>(g.Dv));
   for (index_t i = 0; i < g.Tq; ++i) {
     const auto& s_i = keys[static_cast<std::size_t>(i)];
     kappa.assign(s_i.size(), 0.0);
     if constexpr (Kernel::feature_map) {
-      const auto fq = phi(q.data() + g.q_off(b, h, i));
+      const auto fq = phi(q.data() + g.q_off(b, h, i), FeatureSide::query);
       for (std::size_t n = 0; n < s_i.size(); ++n) {
         const auto& f = fk[static_cast<std::size_t>(s_i[n])];
         double dot = 0;

@@ -2,11 +2,13 @@
 // q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv]. The path is chosen at compile time:
 //   Softmax                          -> online softmax, tiled, masked tiles skipped (fused)
 //   other score kernels (Polynomial) -> materialised weights
-//   feature maps, mask None / Causal -> linear attention, O(T F Dv)
+//   feature maps, mask None, Causal,
+//     key-only masks and And of those -> linear attention, O(T F Dv) (masked keys dropped)
 //   feature maps, other masks        -> materialised weights of φ(q)·φ(k)
 // Does not project or split heads; MultiHeadAttention (multi_head.hpp) does.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernel.hpp"
@@ -32,12 +34,6 @@ struct Attention {
           std::is_same_v<Score, score::ScaledDot>,
       "attn: feature-map kernels need an inner-product score (score::Dot or score::ScaledDot)");
 
-  static_assert(
-      !Kernel::feature_map || std::is_same_v<Kernel, kernel::EluPlusOne> ||
-          std::is_same_v<Kernel, kernel::Relu> || std::is_same_v<Kernel, kernel::RandomFeatures>,
-      "attn: Attention runs the built-in feature maps (EluPlusOne, Relu, RandomFeatures); a new "
-      "feature map needs its own branch in Attention::operator()");
-
   Score score{};
   Kernel kernel{};
   Mask mask{};
@@ -49,8 +45,7 @@ struct Attention {
   index_t key_length = 0;
 
   // True when this combination runs in O(T) memory and time per query row (no T x T matrix).
-  static constexpr bool linear_path = Kernel::feature_map && (std::is_same_v<Mask, mask::None> ||
-                                                              std::is_same_v<Mask, mask::Causal>);
+  static constexpr bool linear_path = Kernel::feature_map && detail::LinearMask<Mask>::ok;
 
   // o = attention(q, k, v). With `weights`, also writes the [B, H, Tq, Tk] weights (analysis;
   // for feature-map kernels this takes the materialised path).
@@ -61,23 +56,25 @@ struct Attention {
                key_length, " needs a score kernel; feature maps read whole key tensors");
     if constexpr (Kernel::feature_map) {
       const T c = static_cast<T>(detail::feature_input_scale<Score>(q.shape().last()));
-      Var<T> fq, fk;
-      if constexpr (std::is_same_v<Kernel, kernel::EluPlusOne>) {
-        fq = elu(c * q) + T{1};
-        fk = elu(c * k) + T{1};
-      } else if constexpr (std::is_same_v<Kernel, kernel::Relu>) {
-        fq = relu(c * q);
-        fk = relu(c * k);
-      } else {
-        const Var<T> r =
-            q.tape().leaf(random_feature_matrix<T>(kernel.features, q.shape().last(), kernel.seed));
-        fq = random_feature_map(eval(c * q), r, true);
-        fk = random_feature_map(eval(c * k), r, false);
-      }
+      const Var<T> fq = feature_map(kernel, eval(c * q), FeatureSide::query);
+      Var<T> fk = feature_map(kernel, eval(c * k), FeatureSide::key);
       if constexpr (linear_path) {
         // The linear path never forms the weights, so it cannot return or drop them.
-        if (path == AttentionPath::automatic && weights == nullptr && !dropout.active())
-          return linear_attention(fq, fk, v, std::is_same_v<Mask, mask::Causal>);
+        if (path == AttentionPath::automatic && weights == nullptr && !dropout.active()) {
+          using Linear = detail::LinearMask<Mask>;
+          if constexpr (Linear::drop_keys) {  // φ(k_j) = 0 for the keys the mask leaves out
+            const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention");
+            mask.validate(g.B, g.Tq, g.Tk);
+            const index_t F = fk.shape().last();
+            Tensor<T> keep(Shape{g.B, g.Hk, g.Tk, F});  // 1 for a kept key, 0 for a dropped one
+            for (index_t b = 0; b < g.B; ++b)
+              for (index_t j = 0; j < g.Tk; ++j)
+                if (Linear::keep(mask, b, j, g.Tq, g.Tk))
+                  for (index_t hk = 0; hk < g.Hk; ++hk) std::fill_n(&keep(b, hk, j, 0), F, T{1});
+            fk = eval(fk * fk.tape().leaf(std::move(keep)));
+          }
+          return linear_attention(fq, fk, v, Linear::causal);
+        }
       }
       return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
                                     detail::IdentityKernel{}, mask, weights, dropout);

@@ -1,12 +1,17 @@
 // attn/attention/linear.hpp: feature-map attention κ(q, k) = φ(q)·φ(k) in O(T F Dv) by
 // associativity, o_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / φ(q_i)ᵀ Σ_j φ(k_j) (Katharopoulos et al. 2020),
-// with running (prefix) sums for the causal mask. Also the feature maps φ as autodiff ops.
-// Does not handle other masks: those go through materialized.hpp with the same φ.
+// with running (prefix) sums for the causal mask; which masks it can run (LinearMask); and any
+// feature map φ of kernel.hpp as one autodiff op. Does not handle other masks: those go through
+// materialized.hpp with the same φ.
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 #include "kernel.hpp"
@@ -110,25 +115,60 @@ struct LinearAttentionOp {
   }
 };
 
-struct RandomFeatureMapOp {
-  std::int32_t x, r;
-  index_t features;
+// φ = map(x) row by row (kernel.hpp's two forms): dx += J_φ(x)ᵀ dφ, which for an elementwise
+// map is dx_i += dφ_i φ'(x_i).
+template <FeatureMapKernel K>
+struct FeatureMapOp {
+  std::int32_t x;
+  const K* kernel;  // owned by self.keep
 
-  // φ_a = exp(r_a·x − ‖x‖²/2 − m) / √F with m held constant (it cancels downstream):
-  // dx = Rᵀ(dφ ∘ φ) − x Σ_a dφ_a φ_a.
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     if (!tape.requires_grad(x)) return;
     const Tensor<T>& xv = tape.value(x);
-    const index_t d = xv.shape().last(), rows = xv.numel() / d;
-    Eigen::Map<const Mat<T>> X(xv.data(), rows, d);
-    Eigen::Map<const Mat<T>> Phi(self.value->data(), rows, features);
-    Eigen::Map<const Mat<T>> dPhi(self.grad->data(), rows, features);
-    Eigen::Map<const Mat<T>> R(tape.value(r).data(), features, d);
-    Eigen::Map<Mat<T>> dX(tape.grad(x).data(), rows, d);
-    const Mat<T> prod = (dPhi.array() * Phi.array()).matrix();
-    dX.noalias() += prod * R;
-    dX -= prod.rowwise().sum().asDiagonal() * X;
+    const T* phi = self.value->data();
+    const T* dphi = self.grad->data();
+    if constexpr (ElementwiseFeatureMap<K>) {
+      const auto dx = tape.grad_write(x);
+      const index_t n = xv.numel(), chunk = 4096;
+      parallel_for(block_count(n, chunk), double(chunk) * 4, [&](index_t c) {
+        for (index_t e = c * chunk; e < std::min(n, (c + 1) * chunk); ++e) {
+          const T g = dphi[e] * kernel->derivative(xv[e], phi[e]);
+          dx.data[e] = dx.accumulate ? dx.data[e] + g : g;
+        }
+      });
+    } else {
+      const index_t d = xv.shape().last();
+      kernel->map_backward(xv.data(), phi, dphi, xv.numel() / d, d, tape.grad(x).data());
+    }
+  }
+};
+
+// How a mask runs on the linear path: `ok` when it can, `causal` for prefix sums (mask::Causal,
+// end-aligned), `drop_keys` when some keys are left out of every sum (key-only masks, see
+// mask.hpp). And<A, B> runs when both parts do.
+template <MaskPolicy M>
+struct LinearMask {
+  static constexpr bool ok = key_only_mask<M>;
+  static constexpr bool causal = false;
+  static constexpr bool drop_keys = ok && !std::is_same_v<M, mask::None>;
+  static bool keep(const M& m, index_t b, index_t j, index_t tq, index_t tk) {
+    return m.allowed(b, 0, j, tq, tk);
+  }
+};
+template <>
+struct LinearMask<mask::Causal> {
+  static constexpr bool ok = true, causal = true, drop_keys = false;
+  static bool keep(const mask::Causal&, index_t, index_t, index_t, index_t) { return true; }
+};
+template <MaskPolicy A, MaskPolicy B>
+struct LinearMask<mask::And<A, B>> {
+  static constexpr bool ok = LinearMask<A>::ok && LinearMask<B>::ok;
+  static constexpr bool causal = LinearMask<A>::causal || LinearMask<B>::causal;
+  static constexpr bool drop_keys = LinearMask<A>::drop_keys || LinearMask<B>::drop_keys;
+  static bool keep(const mask::And<A, B>& m, index_t b, index_t j, index_t tq, index_t tk) {
+    return LinearMask<A>::keep(m.first, b, j, tq, tk) &&
+           LinearMask<B>::keep(m.second, b, j, tq, tk);
   }
 };
 
@@ -178,42 +218,35 @@ Var<T> linear_attention(const Var<T>& fq, const Var<T>& fk, const Var<T>& v, boo
   return o;
 }
 
-// φ(x) = exp(Rx − ‖x‖²/2 − m)/√F along the last axis, with R = random_feature_matrix [F, d] as
-// a Var and m the max of Rx per row (per_row, for queries) or per [T, F] slice (for keys, so that
-// every key of a sequence shares one factor).
-template <class T>
-Var<T> random_feature_map(const Var<T>& x, const Var<T>& r, bool per_row) {
+// φ(x) along the last axis of x [..., d] -> [..., F] for any feature-map kernel (F = d for an
+// elementwise map, kernel.feature_count(d) for a map by rows), as one tape node.
+template <FeatureMapKernel K, class T>
+Var<T> feature_map(const K& kernel, const Var<T>& x, FeatureSide side) {
   Tape<T>& tape = x.tape();
-  tape.check(x, "random_feature_map");
-  tape.check(r, "random_feature_map");
-  const index_t d = x.shape().last(), F = r.shape()[0];
-  ATTN_CHECK(r.shape().rank() == 2 && r.shape()[1] == d, shape_error, "random_feature_map: R ",
-             r.shape(), " does not match x ", x.shape());
+  tape.check(x, "feature_map");
+  const index_t d = x.shape().last(), rows = x.numel() / d;
+  index_t F = d;
+  if constexpr (!ElementwiseFeatureMap<K>) F = kernel.feature_count(d);
   std::array<index_t, 4> dims{};
   for (int i = 0; i < x.shape().rank(); ++i) dims[static_cast<std::size_t>(i)] = x.shape()[i];
   dims[static_cast<std::size_t>(x.shape().rank() - 1)] = F;
   const Shape out(
       std::span<const index_t>(dims.data(), static_cast<std::size_t>(x.shape().rank())));
-  auto [phi, node] = tape.push(out, "random_feature_map", x.requires_grad());
-  const index_t rows = x.numel() / d;
-  Eigen::Map<const detail::Mat<T>> X(x.value().data(), rows, d);
-  Eigen::Map<const detail::Mat<T>> R(r.value().data(), F, d);
-  Eigen::Map<detail::Mat<T>> P(node.value->data(), rows, F);
-  gemm(x.value().data(), false, r.value().data(), true, node.value->data(), rows, F, d);
-  const detail::Col<T> half_norm = X.rowwise().squaredNorm() / T{2};
-  // Keys share one max per sequence slice (the rows of one [T, F] matrix: one batch entry and
-  // head), so that no slice's features underflow because another slice's projections are larger.
-  const index_t slice = x.shape().rank() >= 2 ? x.shape()[x.shape().rank() - 2] : rows;
-  std::vector<T> slice_max;
-  if (!per_row)
-    for (index_t s0 = 0; s0 < rows; s0 += slice)
-      slice_max.push_back(P.middleRows(s0, slice).maxCoeff());
-  const T scale = T(1) / std::sqrt(static_cast<T>(F));
-  parallel_for(rows, double(F) * 8, [&](index_t i) {
-    const T m = per_row ? P.row(i).maxCoeff() : slice_max[static_cast<std::size_t>(i / slice)];
-    P.row(i) = (P.row(i).array() - half_norm(i) - m).exp() * scale;
-  });
-  tape.set_backward(node, detail::RandomFeatureMapOp{x.index(), r.index(), F});
+  auto [phi, node] = tape.push(out, K::name, x.requires_grad());
+  const T* xv = x.value().data();
+  T* pv = node.value->data();
+  if constexpr (ElementwiseFeatureMap<K>) {
+    const index_t n = x.numel(), chunk = 4096;
+    parallel_for(block_count(n, chunk), double(chunk) * 4, [&](index_t c) {
+      for (index_t e = c * chunk; e < std::min(n, (c + 1) * chunk); ++e)
+        pv[e] = kernel.value(xv[e]);
+    });
+  } else {
+    kernel.map(xv, rows, d, pv, side);
+  }
+  if (node.requires_grad)
+    tape.set_backward(node,
+                      detail::FeatureMapOp<K>{x.index(), node.template keep_value<K>(kernel)});
   return phi;
 }
 

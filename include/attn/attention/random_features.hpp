@@ -1,10 +1,18 @@
-// attn/attention/random_features.hpp: the seeded random matrix of kernel::RandomFeatures.
-// Does not apply the feature map; attention.hpp and reference.hpp do.
+// attn/attention/random_features.hpp: the seeded random matrix of kernel::RandomFeatures and its
+// feature map φ(x) = exp(Rx − ‖x‖²/2 − m) / √F with the derivative (kernel.hpp states the map
+// and why its stabilisers m are exact). Does not record anything on a tape; linear.hpp's
+// feature_map op calls these for Attention, reference.hpp for the oracle.
 #pragma once
 
 #include <Eigen/QR>
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
+#include "../core/error.hpp"
+#include "../core/gemm.hpp"
+#include "../core/parallel.hpp"
 #include "../core/rng.hpp"
 #include "../core/tensor.hpp"
 #include "kernel.hpp"
@@ -42,6 +50,77 @@ Tensor<T> random_feature_matrix(index_t features, index_t d, std::uint64_t seed)
     }
   }
   return r;
+}
+
+namespace detail {
+
+// H = 0.75 ln(largest T): key features stay below e^H (66 in float, 532 in double), leaving
+// room for sums over many keys, and the shift c may not exceed it either (see RandomFeatures).
+template <class T>
+double random_feature_headroom() {
+  return 0.75 * std::log(static_cast<double>(std::numeric_limits<T>::max()));
+}
+
+}  // namespace detail
+
+template <class T>
+void kernel::RandomFeatures::map(const T* x, index_t rows, index_t d, T* phi,
+                                 FeatureSide side) const {
+  const index_t F = features;
+  const Tensor<T> r = random_feature_matrix<T>(F, d, seed);  // [F, d]
+  // Keys: c = max(0, max_a ‖r_a‖²/2 − H), from R alone.
+  double c = 0;
+  if (side == FeatureSide::key) {
+    double longest = 0;
+    for (index_t a = 0; a < F; ++a) {
+      double n2 = 0;
+      for (index_t j = 0; j < d; ++j) n2 += double(r(a, j)) * double(r(a, j));
+      longest = std::max(longest, n2 / 2);
+    }
+    const double h = detail::random_feature_headroom<T>();
+    c = std::max(0.0, longest - h);
+    ATTN_CHECK(c <= h, value_error, "kernel::RandomFeatures: head width ", d, " with ", F,
+               " features is too wide for ", sizeof(T) == 4 ? "float" : "this type",
+               ": the keys' fixed stabiliser (", c,
+               ") would push ordinary keys' features towards underflow; use double or a "
+               "narrower head");
+  }
+  gemm(x, false, r.data(), true, phi, rows, F, d);  // P = X Rᵀ  [rows, F]
+  const T scale = T{1} / std::sqrt(static_cast<T>(F));
+  parallel_for(rows, double(F) * 8, [&](index_t i) {
+    const T* xi = x + i * d;
+    T* p = phi + i * F;
+    T half = 0;
+    for (index_t j = 0; j < d; ++j) half += xi[j] * xi[j];
+    half /= 2;
+    // Queries: the row's largest exponent max_a (r_a·x) − ‖x‖²/2; keys: the shared c.
+    const T m = side == FeatureSide::query ? *std::max_element(p, p + F) - half : static_cast<T>(c);
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> row(p, F);
+    row = (row - (half + m)).exp() * scale;
+  });
+}
+
+template <class T>
+void kernel::RandomFeatures::map_backward(const T* x, const T* phi, const T* dphi, index_t rows,
+                                          index_t d, T* dx) const {
+  const index_t F = features;
+  const Tensor<T> r = random_feature_matrix<T>(F, d, seed);
+  std::vector<T> g(static_cast<std::size_t>(rows * F));  // dφ ∘ φ  [rows, F]
+  std::vector<T> gsum(static_cast<std::size_t>(rows));
+  parallel_for(rows, double(F) * 2, [&](index_t i) {
+    T s = 0;
+    for (index_t a = 0; a < F; ++a) {
+      const T ga = dphi[i * F + a] * phi[i * F + a];
+      g[static_cast<std::size_t>(i * F + a)] = ga;
+      s += ga;
+    }
+    gsum[static_cast<std::size_t>(i)] = s;
+  });
+  gemm(g.data(), false, r.data(), false, dx, rows, d, F, true);  // dx += G R
+  parallel_for(rows, double(d) * 2, [&](index_t i) {
+    for (index_t j = 0; j < d; ++j)
+      dx[i * d + j] -= gsum[static_cast<std::size_t>(i)] * x[i * d + j];
+  });
 }
 
 }  // namespace attn

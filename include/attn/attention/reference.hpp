@@ -40,27 +40,21 @@ double feature_input_scale(index_t d) {
     return 1.0;
 }
 
-// φ(x) for the feature-map kernels, in double. For RandomFeatures, `shift` is the max
-// subtracted inside the exponential (it cancels in the normalisation).
-template <class K>
-std::vector<double> feature_map(const K& kernel, const std::vector<double>& x,
-                                const Tensor<double>& r, double shift) {
-  std::vector<double> f;
-  if constexpr (std::is_same_v<K, kernel::EluPlusOne>) {
-    for (const double xi : x) f.push_back(xi > 0 ? xi + 1 : std::exp(xi));
-  } else if constexpr (std::is_same_v<K, kernel::Relu>) {
-    for (const double xi : x) f.push_back(xi > 0 ? xi : 0);
+// φ of `rows` rows x [rows, d] (already scaled) for a feature-map kernel, in double, by the
+// kernel's own definition: value() per coordinate, or its map() by rows. [rows, F]
+template <FeatureMapKernel K>
+std::vector<double> reference_features(const K& kernel, const std::vector<double>& x, index_t d,
+                                       FeatureSide side) {
+  if constexpr (ElementwiseFeatureMap<K>) {
+    std::vector<double> f;
+    for (const double xi : x) f.push_back(kernel.value(xi));
+    return f;
   } else {
-    double n2 = 0;
-    for (const double xi : x) n2 += xi * xi;
-    const auto F = kernel.features;
-    for (index_t a = 0; a < F; ++a) {
-      double p = 0;
-      for (std::size_t j = 0; j < x.size(); ++j) p += r(a, static_cast<index_t>(j)) * x[j];
-      f.push_back(std::exp(p - n2 / 2 - shift) / std::sqrt(static_cast<double>(F)));
-    }
+    const auto rows = static_cast<index_t>(x.size()) / d;
+    std::vector<double> f(static_cast<std::size_t>(rows * kernel.feature_count(d)));
+    kernel.map(x.data(), rows, d, f.data(), side);
+    return f;
   }
-  return f;
 }
 
 }  // namespace detail
@@ -74,53 +68,35 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
   mask.validate(g.B, g.Tq, g.Tk);
   ReferenceAttention<T> r{Tensor<T>(Shape{g.B, g.H, g.Tq, g.Dv}),
                           Tensor<T>(Shape{g.B, g.H, g.Tq, g.Tk})};
-  Tensor<double> rf;
-  if constexpr (std::is_same_v<Kernel, kernel::RandomFeatures>)
-    rf = random_feature_matrix<double>(kernel.features, g.Dh, kernel.seed);
-  auto vec = [&](const Tensor<T>& t, index_t off) {
-    std::vector<double> x(static_cast<std::size_t>(g.Dh));
-    for (index_t d = 0; d < g.Dh; ++d)
-      x[static_cast<std::size_t>(d)] = static_cast<double>(t[off + d]);
+  // The scaled rows [n, Dh] starting at t[off], in double.
+  auto rows = [&](const Tensor<T>& t, index_t off, index_t n, double c) {
+    std::vector<double> x(static_cast<std::size_t>(n * g.Dh));
+    for (index_t e = 0; e < n * g.Dh; ++e)
+      x[static_cast<std::size_t>(e)] = c * static_cast<double>(t[off + e]);
     return x;
   };
   for (index_t b = 0; b < g.B; ++b)
     for (index_t h = 0; h < g.H; ++h) {
       const index_t hk = h / g.group();
+      [[maybe_unused]] const double c = detail::feature_input_scale<Score>(g.Dh);
+      std::vector<double> fk;  // feature maps: φ of every key of this head [Tk, F]
+      if constexpr (Kernel::feature_map)
+        fk = detail::reference_features(kernel, rows(k, g.k_off(b, hk, 0), g.Tk, c), g.Dh,
+                                        FeatureSide::key);
       for (index_t i = 0; i < g.Tq; ++i) {
         std::vector<double> kappa(static_cast<std::size_t>(g.Tk), 0.0);
         std::vector<bool> ok(static_cast<std::size_t>(g.Tk));
         for (index_t j = 0; j < g.Tk; ++j)
           ok[static_cast<std::size_t>(j)] = mask.allowed(b, i, j, g.Tq, g.Tk);
         if constexpr (Kernel::feature_map) {
-          const double c = detail::feature_input_scale<Score>(g.Dh);
-          auto scaled = [&](std::vector<double> x) {
-            for (double& xi : x) xi *= c;
-            return x;
-          };
-          // RandomFeatures stabiliser: the max of R x over this query, and over all keys.
-          double qshift = 0, kshift = 0;
-          if constexpr (std::is_same_v<Kernel, kernel::RandomFeatures>) {
-            auto maxproj = [&](const std::vector<double>& x) {
-              double m = -std::numeric_limits<double>::infinity();
-              for (index_t a = 0; a < kernel.features; ++a) {
-                double p = 0;
-                for (index_t d = 0; d < g.Dh; ++d) p += rf(a, d) * x[static_cast<std::size_t>(d)];
-                m = std::max(m, p);
-              }
-              return m;
-            };
-            qshift = maxproj(scaled(vec(q, g.q_off(b, h, i))));
-            kshift = -std::numeric_limits<double>::infinity();
-            for (index_t j = 0; j < g.Tk; ++j)
-              kshift = std::max(kshift, maxproj(scaled(vec(k, g.k_off(b, hk, j)))));
-          }
-          const auto fq = detail::feature_map(kernel, scaled(vec(q, g.q_off(b, h, i))), rf, qshift);
+          const auto fq = detail::reference_features(kernel, rows(q, g.q_off(b, h, i), 1, c), g.Dh,
+                                                     FeatureSide::query);
+          const std::size_t F = fq.size();
           for (index_t j = 0; j < g.Tk; ++j) {
             if (!ok[static_cast<std::size_t>(j)]) continue;
-            const auto fk =
-                detail::feature_map(kernel, scaled(vec(k, g.k_off(b, hk, j))), rf, kshift);
             double s = 0;
-            for (std::size_t a = 0; a < fq.size(); ++a) s += fq[a] * fk[a];
+            for (std::size_t a = 0; a < F; ++a)
+              s += fq[a] * fk[static_cast<std::size_t>(j) * F + a];
             kappa[static_cast<std::size_t>(j)] = s;
           }
         } else {
