@@ -12,6 +12,7 @@ attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp DATA)
 # Programs that must not compile, each with the concept or static_assert it must trip.
 attn_add_compile_fail_test(compile_fail_score_missing_alpha compile_fail/score_missing_alpha.cpp REGEX "ScorePolicy")
 attn_add_compile_fail_test(compile_fail_mask_missing_tile compile_fail/mask_missing_tile.cpp REGEX "MaskPolicy")
+attn_add_compile_fail_test(compile_fail_mask_composition_not_a_mask compile_fail/mask_composition_not_a_mask.cpp REGEX "MaskPolicy")
 attn_add_compile_fail_test(compile_fail_kernel_not_a_policy compile_fail/kernel_not_a_policy.cpp REGEX "KernelPolicy")
 attn_add_compile_fail_test(compile_fail_heads_zero compile_fail/heads_zero.cpp REGEX "attn: the head count must be positive")
 attn_add_compile_fail_test(compile_fail_feature_map_needs_inner_product compile_fail/feature_map_needs_inner_product.cpp REGEX "attn: feature-map kernels need an inner-product score")
@@ -20,9 +21,9 @@ attn_add_compile_fail_test(compile_fail_key_free_score_cross_attention compile_f
 attn_add_compile_fail_test(compile_fail_position_bias_needs_score_kernel compile_fail/position_bias_needs_score_kernel.cpp REGEX "attn: linear attention \\(a feature-map kernel\\) has no per-pair score")
 attn_add_compile_fail_test(compile_fail_module_score_missing_transform compile_fail/module_score_missing_transform.cpp REGEX "MultiHeadScore")
 # Positive controls: the same programs with their one defect fixed (-DATTN_COMPILE_FAIL_FIXED) compile.
-foreach(_cf score_missing_alpha mask_missing_tile kernel_not_a_policy heads_zero feature_map_needs_inner_product
-        pairwise_score_needs_softmax key_free_score_cross_attention position_bias_needs_score_kernel
-        module_score_missing_transform)
+foreach(_cf score_missing_alpha mask_missing_tile mask_composition_not_a_mask kernel_not_a_policy heads_zero
+        feature_map_needs_inner_product pairwise_score_needs_softmax key_free_score_cross_attention
+        position_bias_needs_score_kernel module_score_missing_transform)
   add_test(NAME compile_fail_control_${_cf} COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -DATTN_COMPILE_FAIL_FIXED
     "-I$<JOIN:$<TARGET_PROPERTY:attn,INTERFACE_INCLUDE_DIRECTORIES>;$<TARGET_PROPERTY:Eigen3::Eigen,INTERFACE_INCLUDE_DIRECTORIES>,;-I>"
     ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/${_cf}.cpp COMMAND_EXPAND_LISTS)

@@ -102,11 +102,14 @@ void masks() {
   auto band = attn::mask::SlidingWindow::symmetric(2);  // |p − j| <= 2
   attn::mask::SlidingWindow skewed{.before = 3, .after = 1};
   attn::mask::Padding padding({16, 11});  // batch entry 1 has 11 real keys, then padding
+  attn::mask::LeftPadding left({5, 0});   // batch entry 0 has 5 padding keys, then real ones
   attn::Tensor<std::uint8_t> allowed(attn::Shape{16, 16});  // [Tq, Tk], 1 = may attend
   for (attn::index_t i = 0; i < 16; ++i)
     for (attn::index_t j = 0; j <= i; j += 2) allowed(i, j) = 1;  // every other past key
-  attn::mask::Custom custom(allowed);
+  attn::mask::Custom custom(allowed);  // or one matrix per batch entry: [B, Tq, Tk]
   attn::mask::BigBird bigbird{.block = 4, .window = 1, .global = 1, .random = 1, .seed = 3};
+  attn::mask::And causal_prompts{causal, left};     // both allow: a left-padded causal batch
+  attn::mask::Or window_or_custom{recent, custom};  // either allows
   attn::Var<float> o = attn::attention(q, k, v, bigbird);
   // [end]
   (void)attn::attention(q, k, v, all);
@@ -116,8 +119,11 @@ void masks() {
   (void)attn::attention(q, k, v, band);
   (void)attn::attention(q, k, v, skewed);
   (void)attn::attention(q, k, v, padding);
+  (void)attn::attention(q, k, v, left);
   (void)attn::attention(q, k, v, custom);
-  std::printf("masks: 9 masks built and used, e.g. BigBird output %s\n", o.shape().str().c_str());
+  (void)attn::attention(q, k, v, causal_prompts);
+  (void)attn::attention(q, k, v, window_or_custom);
+  std::printf("masks: 12 masks built and used, e.g. BigBird output %s\n", o.shape().str().c_str());
 }
 
 void causal_alignment() {
@@ -133,6 +139,41 @@ void causal_alignment() {
     std::printf("\n");
   }
   // [end]
+}
+
+void left_padding() {
+  attn::Rng rng(11);
+  attn::Tape<float> tape;
+  const attn::Var<float> q = randn(tape, rng, {2, 1, 5, 8});
+  const attn::Var<float> k = randn(tape, rng, {2, 1, 5, 8});
+  const attn::Var<float> v = randn(tape, rng, {2, 1, 5, 8});
+  // [doc:left_padding]
+  // Prompts of 3 and 5 tokens, left-padded to 5 so that generation appends to both at once.
+  const attn::mask::And prompts{attn::mask::Causal{}, attn::mask::LeftPadding({2, 0})};
+  attn::Var<float> o = attn::attention(q, k, v, prompts);  // [2, 1, 5, 8]
+  for (attn::index_t i = 0; i < 5; ++i) {
+    std::printf("left_padding: prompt 0, query %d sees ", static_cast<int>(i));
+    for (attn::index_t j = 0; j < 5; ++j)
+      std::printf("%c", prompts.allowed(0, i, j, 5, 5) ? 'x' : '.');
+    std::printf("\n");
+  }
+  // [end]
+  // Prompt 0 alone (its 3 real tokens, plain Causal) gives the same rows.
+  attn::Tensor<float> q0({1, 1, 3, 8}), k0({1, 1, 3, 8}), v0({1, 1, 3, 8});
+  for (attn::index_t t = 0; t < 3; ++t)
+    for (attn::index_t d = 0; d < 8; ++d) {
+      q0(0, 0, t, d) = q.value()(0, 0, t + 2, d);
+      k0(0, 0, t, d) = k.value()(0, 0, t + 2, d);
+      v0(0, 0, t, d) = v.value()(0, 0, t + 2, d);
+    }
+  const attn::Var<float> alone =
+      attn::attention(tape.leaf(q0), tape.leaf(k0), tape.leaf(v0), attn::mask::Causal{});
+  double diff = 0;
+  for (attn::index_t t = 0; t < 3; ++t)
+    for (attn::index_t d = 0; d < 8; ++d)
+      diff =
+          std::max(diff, double(std::abs(o.value()(0, 0, t + 2, d) - alone.value()(0, 0, t, d))));
+  std::printf("left_padding: prompt 0 padded vs alone: max |diff| = %.1e\n", diff);
 }
 
 void empty_rows() {
@@ -367,6 +408,7 @@ int main() {
   kernels();
   masks();
   causal_alignment();
+  left_padding();
   empty_rows();
   weights();
   paths();

@@ -27,10 +27,14 @@ inline constexpr FlashSize flash_sizes[] = {{1, 1, 1, 1, 1, 4, 3},
                                             {1, 4, 2, 130, 97, 16, 8},
                                             {1, 1, 1, 64, 64, 64, 64}};
 
-// The device masks the tests run (SlidingWindow with a band that cuts through tiles).
+// The device masks the tests run (SlidingWindow with a band that cuts through tiles; And / Or
+// from their parts).
 template <class Mask>
 Mask make_device_mask() {
-  if constexpr (std::is_same_v<Mask, mask::SlidingWindow>)
+  if constexpr (requires(Mask m) { m.first, m.second; })
+    return Mask{make_device_mask<decltype(Mask::first)>(),
+                make_device_mask<decltype(Mask::second)>()};
+  else if constexpr (std::is_same_v<Mask, mask::SlidingWindow>)
     return mask::SlidingWindow{5, 2};
   else
     return Mask{};

@@ -202,6 +202,9 @@ TEST_CASE("flash tiles: the kind of every kernel tile equals the elementwise mas
   // 40 keys all but 30 (two tiles for the first query tile, four for each other one).
   CHECK(check(mask::Causal{}, 512, 512) == doctest::Approx(56.0 / 128));
   CHECK(check(mask::SlidingWindow::causal(40), 512, 512) == doctest::Approx(98.0 / 128));
+  // Composed from its parts' tiles, the same window skips the same tiles.
+  CHECK(check(mask::And{mask::Causal{}, mask::SlidingWindow::causal(40)}, 512, 512) ==
+        doctest::Approx(98.0 / 128));
 }
 
 TEST_CASE("flash block programs: skipping tiles changes no bit and saves the mask's work") {
@@ -224,6 +227,7 @@ TEST_CASE("flash block programs: skipping tiles changes no bit and saves the mas
   same(mask::Causal{});
   same(mask::CausalTopLeft{});
   same(mask::SlidingWindow{5, 2});
+  same(mask::And{mask::Causal{}, mask::SlidingWindow{5, 2}});
   // Causal: allowed() is asked only inside the diagonal tiles (the forward: 7 of the 28 tiles of
   // each head, six of them whole and one 8 x 8 at the end), and only within the sequence.
   long calls = 0;
@@ -269,7 +273,8 @@ constexpr Bounds bf16_bounds{0x1p-8, 1e-5, 0x1p-6, 0x1p-6, 0x1p-8};
 }  // namespace
 
 TEST_CASE_TEMPLATE("flash block programs (float) equal the reference, every score and mask", Mask,
-                   mask::None, mask::Causal, mask::CausalTopLeft, mask::SlidingWindow) {
+                   mask::None, mask::Causal, mask::CausalTopLeft, mask::SlidingWindow,
+                   mask::And<mask::Causal, mask::SlidingWindow>) {
   check_against_oracle<float, score::Dot, Mask>(7, float_bounds);
   check_against_oracle<float, score::ScaledDot, Mask>(7, float_bounds);
   check_against_oracle<float, score::NegSqEuclidean, Mask>(7, float_bounds);

@@ -165,7 +165,7 @@ TEST_SUITE("cuda_device") {
     }
   }
 
-  // Each score, each device mask and each element type at least once: six kernel triples, each
+  // Each score, each device mask and each element type at least once: seven kernel triples, each
   // compiled for two architectures (compile time is the budget here); test_flash_block.cpp runs
   // every combination of the same block programs on the CPU.
   TEST_CASE("fused kernels on the GPU (float): every score, every device mask") {
@@ -173,6 +173,9 @@ TEST_SUITE("cuda_device") {
     check_against_cpu<float>(score::ScaledDot{}, mask::Causal{}, 22);
     check_against_cpu<float>(score::ScaledDot{}, mask::CausalTopLeft{}, 23);
     check_against_cpu<float>(score::NegSqEuclidean{}, mask::SlidingWindow{5, 2}, 24);
+    // A composition runs on the device from its parts' ATTN_HOST_DEVICE answers.
+    check_against_cpu<float>(score::ScaledDot{}, mask::And{mask::Causal{}, mask::SlidingWindow{5, 2}},
+                             27);
   }
 
   TEST_CASE("fused kernels on the GPU (bf16 in and out, float inside)") {
