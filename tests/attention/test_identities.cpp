@@ -250,3 +250,56 @@ TEST_CASE("RandomFeatures: each query row scaled by its own constant, every key 
   CHECK_NOTHROW(
       kernel::RandomFeatures{}.map(narrow.data(), 1, 64, out.data(), attn::FeatureSide::key));
 }
+
+TEST_CASE("a left-padded causal batch: each prompt's rows equal the prompt alone, on every path") {
+  // Batch entry b holds a prompt of L − start[b] tokens after start[b] padding positions, whose
+  // values are garbage: And<Causal, LeftPadding> must make them irrelevant.
+  attn::Rng rng(15);
+  const index_t B = 3, H = 2, L = 9, D = 4;
+  const std::vector<index_t> start = {3, 0, 8};
+  const Tensor<double> q = Tensor<double>::randn({B, H, L, D}, rng),
+                       k = Tensor<double>::randn({B, 1, L, D}, rng),
+                       v = Tensor<double>::randn({B, 1, L, 3}, rng);
+  using Prompts = mask::And<mask::Causal, mask::LeftPadding>;
+  const Prompts prompts{{}, mask::LeftPadding(start)};
+  auto check = [&](auto op, const char* path) {
+    CAPTURE(path);
+    attn::Tape<double> tape;
+    auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
+    auto o = op(qv, kv, vv);
+    tape.backward(attn::sum(o * o));
+    for (index_t b = 0; b < B; ++b) {
+      const index_t s = start[static_cast<std::size_t>(b)], n = L - s;
+      auto rows = [&](const Tensor<double>& t, index_t heads) {  // positions s.. of entry b
+        Tensor<double> r({1, heads, n, t.shape().last()});
+        for (index_t h = 0; h < heads; ++h)
+          for (index_t i = 0; i < n; ++i)
+            for (index_t d = 0; d < t.shape().last(); ++d) r(0, h, i, d) = t(b, h, s + i, d);
+        return r;
+      };
+      attn::Tape<double> alone_tape;
+      auto alone_op = op;
+      alone_op.mask.second = mask::LeftPadding({0});
+      const Tensor<double> alone =
+          alone_op(alone_tape.leaf(rows(q, H)), alone_tape.leaf(rows(k, 1)),
+                   alone_tape.leaf(rows(v, 1)))
+              .value();
+      for (index_t h = 0; h < H; ++h)
+        for (index_t i = 0; i < L; ++i)
+          for (index_t d = 0; d < 3; ++d) {
+            const double want = i < s ? 0.0 : alone(0, h, i - s, d);
+            CHECK(o.value()(b, h, i, d) == doctest::Approx(want).epsilon(1e-12).scale(1));
+          }
+      for (index_t j = 0; j < s; ++j)  // padding gets no gradient
+        for (index_t d = 0; d < D; ++d) CHECK(kv.grad()(b, 0, j, d) == 0.0);
+    }
+  };
+  attn::Attention<score::ScaledDot, kernel::Softmax, Prompts> fused{{}, {}, prompts};
+  auto materialised = fused;
+  materialised.path = attn::AttentionPath::materialized;
+  attn::Attention<score::ScaledDot, kernel::EluPlusOne, Prompts> linear{{}, {}, prompts};
+  static_assert(decltype(linear)::linear_path);
+  check(fused, "fused");
+  check(materialised, "materialised");
+  check(linear, "linear");
+}

@@ -76,9 +76,10 @@ struct Size {
 constexpr Size sizes[] = {{1, 1}, {13, 29}, {40, 40}, {37, 70}, {70, 37}};
 constexpr index_t batch = 3;
 
-// A mask's own tile() must equal the count over the tile's elements, for every tile visited.
-template <class M>
-void check_tiles_exact(const M& m, index_t tq, index_t tk, attn::Rng& rng) {
+// Calls f(b, t, kind) for every tile t visited and every batch entry b, with the kind the mask's
+// tile() gives and the failure context captured.
+template <class M, class F>
+void for_each_tile(const M& m, index_t tq, index_t tk, attn::Rng& rng, F&& f) {
   m.validate(batch, tq, tk);
   for (const Tile& t : tiles_of(tq, tk, rng))
     for (index_t b = 0; b < batch; ++b) {
@@ -87,38 +88,37 @@ void check_tiles_exact(const M& m, index_t tq, index_t tk, attn::Rng& rng) {
       CAPTURE(t.i1);
       CAPTURE(t.j0);
       CAPTURE(t.j1);
-      REQUIRE(m.tile(b, t.i0, t.i1, t.j0, t.j1, tq, tk) ==
-              count_kind(m, b, t.i0, t.i1, t.j0, t.j1, tq, tk));
+      f(b, t, m.tile(b, t.i0, t.i1, t.j0, t.j1, tq, tk));
     }
+}
+
+// A mask's own tile() must equal the count over the tile's elements, for every tile visited.
+template <class M>
+void check_tiles_exact(const M& m, index_t tq, index_t tk, attn::Rng& rng) {
+  for_each_tile(m, tq, tk, rng, [&](index_t b, const Tile& t, TileKind got) {
+    REQUIRE(got == count_kind(m, b, t.i0, t.i1, t.j0, t.j1, tq, tk));
+  });
 }
 
 // A composition's tile() must be the truth table of its parts' counted kinds, and never claim
 // all or none where its own elements disagree.
 template <bool IsAnd, class M>
 void check_tiles_composed(const M& m, index_t tq, index_t tk, attn::Rng& rng) {
-  m.validate(batch, tq, tk);
-  for (const Tile& t : tiles_of(tq, tk, rng))
-    for (index_t b = 0; b < batch; ++b) {
-      CAPTURE(b);
-      CAPTURE(t.i0);
-      CAPTURE(t.i1);
-      CAPTURE(t.j0);
-      CAPTURE(t.j1);
-      const TileKind x = count_kind(m.first, b, t.i0, t.i1, t.j0, t.j1, tq, tk);
-      const TileKind y = count_kind(m.second, b, t.i0, t.i1, t.j0, t.j1, tq, tk);
-      TileKind want = TileKind::partial;
-      if (IsAnd) {
-        if (x == TileKind::none || y == TileKind::none) want = TileKind::none;
-        if (x == TileKind::all && y == TileKind::all) want = TileKind::all;
-      } else {
-        if (x == TileKind::all || y == TileKind::all) want = TileKind::all;
-        if (x == TileKind::none && y == TileKind::none) want = TileKind::none;
-      }
-      const TileKind got = m.tile(b, t.i0, t.i1, t.j0, t.j1, tq, tk);
-      REQUIRE(got == want);
-      const TileKind truth = count_kind(m, b, t.i0, t.i1, t.j0, t.j1, tq, tk);
-      REQUIRE((got == TileKind::partial || got == truth));
+  for_each_tile(m, tq, tk, rng, [&](index_t b, const Tile& t, TileKind got) {
+    const TileKind x = count_kind(m.first, b, t.i0, t.i1, t.j0, t.j1, tq, tk);
+    const TileKind y = count_kind(m.second, b, t.i0, t.i1, t.j0, t.j1, tq, tk);
+    TileKind want = TileKind::partial;
+    if (IsAnd) {
+      if (x == TileKind::none || y == TileKind::none) want = TileKind::none;
+      if (x == TileKind::all && y == TileKind::all) want = TileKind::all;
+    } else {
+      if (x == TileKind::all || y == TileKind::all) want = TileKind::all;
+      if (x == TileKind::none && y == TileKind::none) want = TileKind::none;
     }
+    REQUIRE(got == want);
+    const TileKind truth = count_kind(m, b, t.i0, t.i1, t.j0, t.j1, tq, tk);
+    REQUIRE((got == TileKind::partial || got == truth));
+  });
 }
 
 Tensor<std::uint8_t> random_matrix(attn::Shape s, double p, attn::Rng& rng) {

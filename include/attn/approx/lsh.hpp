@@ -155,10 +155,13 @@ void restricted_attention(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T
   // Feature maps: φ of every key once.
   std::vector<std::vector<double>> fk;
   [[maybe_unused]] const double c = attn::detail::feature_input_scale<Score>(g.Dh);
-  const auto phi = [&](const auto* x, FeatureSide side) {  // generic: for feature maps only
+  const auto phi = [&](const T* x, FeatureSide side) {  // φ(c x), used by feature maps only
     std::vector<double> r = vec(x);
     for (double& xi : r) xi *= c;
-    return attn::detail::reference_features(kernel, r, g.Dh, side);
+    if constexpr (Kernel::feature_map)
+      return attn::detail::reference_features(kernel, r, g.Dh, side);
+    else
+      return r;
   };
   if constexpr (Kernel::feature_map) {
     static_assert(std::is_same_v<Score, score::Dot> || std::is_same_v<Score, score::ScaledDot>,

@@ -152,7 +152,7 @@ struct Relu {
 //            r_a·x − ‖x‖²/2 = (‖r_a‖² − ‖x − r_a‖²)/2 <= ‖r_a‖²/2, so c = max(0, max_a ‖r_a‖²/2 −
 //            H) bounds every key feature by e^H (H = 0.75 ln of T's largest value: 66 in float, 532
 //            in double). When c itself exceeds H, ordinary keys (exponents near 0) would fall
-//            towards underflow: map() throws (in float from head widths of about 200 at F = 256).
+//            towards underflow: map() throws (in float from head widths of 184 to 216, by R).
 // map() and map_backward() are defined in random_features.hpp (they need R, built by an Eigen QR).
 struct RandomFeatures {
   static constexpr const char* name = "random_features";
