@@ -1,6 +1,6 @@
 // Must not compile: BadKernel has neither value(s), derivative(s, k) (a score kernel) nor
-// feature_map = true (a
-// feature-map kernel), so it is not a KernelPolicy and attn::Attention rejects it.
+// feature_map = true with a map φ (a feature-map kernel), so it is not a KernelPolicy and
+// attn::Attention rejects it.
 // With -DATTN_COMPILE_FAIL_FIXED the one defect is fixed and the program compiles.
 #include <attn/attention/attention.hpp>
 

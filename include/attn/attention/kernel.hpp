@@ -64,8 +64,8 @@ template <class K>
 concept FeatureMapKernel = requires {
   { K::name } -> std::convertible_to<const char*>;
   requires K::feature_map;
-}
-&&(ElementwiseFeatureMap<K> || RowFeatureMap<K>);
+  requires ElementwiseFeatureMap<K> || RowFeatureMap<K>;
+};
 
 template <class K>
 concept KernelPolicy = std::copy_constructible<K> &&(ScoreKernel<K> || FeatureMapKernel<K>);

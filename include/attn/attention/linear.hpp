@@ -224,6 +224,8 @@ template <FeatureMapKernel K, class T>
 Var<T> feature_map(const K& kernel, const Var<T>& x, FeatureSide side) {
   Tape<T>& tape = x.tape();
   tape.check(x, "feature_map");
+  ATTN_CHECK(x.shape().rank() >= 1 && x.shape().last() > 0, shape_error, "feature_map (", K::name,
+             "): x ", x.shape(), " has no coordinates to map");
   const index_t d = x.shape().last(), rows = x.numel() / d;
   index_t F = d;
   if constexpr (!ElementwiseFeatureMap<K>) F = kernel.feature_count(d);
