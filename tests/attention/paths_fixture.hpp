@@ -161,4 +161,48 @@ void check_all_masks() {
 using LeftPaddedCausal = mask::And<mask::Causal, mask::LeftPadding>;
 using WindowOrCustom = mask::Or<mask::SlidingWindow, mask::Custom>;
 
+// A left-padded causal batch through `op` (an Attention<Score, Kernel, LeftPaddedCausal> in
+// double, its own path): batch entry b holds a prompt of L − start[b] tokens after start[b]
+// padding positions whose values are garbage. Each prompt's rows must equal the prompt run alone
+// (the same op with no padding), padded rows must be 0 and padded keys get no gradient.
+template <class Op>
+void check_left_padded(Op op) {
+  attn::Rng rng(15);
+  const index_t B = 3, H = 2, L = 9, D = 4;
+  const std::vector<index_t> start = {3, 0, 8};
+  const Tensor<double> q = Tensor<double>::randn({B, H, L, D}, rng),
+                       k = Tensor<double>::randn({B, 1, L, D}, rng),
+                       v = Tensor<double>::randn({B, 1, L, 3}, rng);
+  op.mask.second = mask::LeftPadding(start);
+  attn::Tape<double> tape;
+  auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
+  auto o = op(qv, kv, vv);
+  tape.backward(attn::sum(o * o));
+  for (index_t b = 0; b < B; ++b) {
+    CAPTURE(b);
+    const index_t s = start[static_cast<std::size_t>(b)], n = L - s;
+    auto rows = [&](const Tensor<double>& t, index_t heads) {  // positions s.. of entry b
+      Tensor<double> r({1, heads, n, t.shape().last()});
+      for (index_t h = 0; h < heads; ++h)
+        for (index_t i = 0; i < n; ++i)
+          for (index_t d = 0; d < t.shape().last(); ++d) r(0, h, i, d) = t(b, h, s + i, d);
+      return r;
+    };
+    attn::Tape<double> alone_tape;
+    Op alone_op = op;
+    alone_op.mask.second = mask::LeftPadding({0});
+    const Tensor<double> alone = alone_op(alone_tape.leaf(rows(q, H)), alone_tape.leaf(rows(k, 1)),
+                                          alone_tape.leaf(rows(v, 1)))
+                                     .value();
+    for (index_t h = 0; h < H; ++h)
+      for (index_t i = 0; i < L; ++i)
+        for (index_t d = 0; d < 3; ++d) {
+          const double want = i < s ? 0.0 : alone(0, h, i - s, d);
+          CHECK(o.value()(b, h, i, d) == doctest::Approx(want).epsilon(1e-12).scale(1));
+        }
+    for (index_t j = 0; j < s; ++j)  // padding gets no gradient
+      for (index_t d = 0; d < D; ++d) CHECK(kv.grad()(b, 0, j, d) == 0.0);
+  }
+}
+
 }  // namespace attn::test

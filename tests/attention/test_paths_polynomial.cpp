@@ -13,5 +13,4 @@ TEST_CASE_TEMPLATE("polynomial kernels: materialised path = reference", T, float
     check_combination<score::Alibi, kernel::Polynomial<2>, mask::Causal,
                       T>();  // bias, materialised
   }
-  check_combination<score::ScaledDot, kernel::Polynomial<2>, LeftPaddedCausal, T>();
 }
