@@ -132,9 +132,9 @@ TEST_CASE("RandomFeatures: each query row scaled by its own constant, every key 
   // A head too wide for float: the shared key shift would leave ordinary keys near underflow.
   const Tensor<float> wide = Tensor<float>::randn({1, 300}, rng);
   std::vector<float> out(256);
-  CHECK_THROWS_AS(
-      kernel::RandomFeatures{4, 0}.map(wide.data(), 1, 300, out.data(), attn::FeatureSide::key),
-      attn::value_error);
+  const kernel::RandomFeatures few{4, 0};
+  CHECK_THROWS_AS(few.map(wide.data(), 1, 300, out.data(), attn::FeatureSide::key),
+                  attn::value_error);
   const Tensor<float> narrow = Tensor<float>::randn({1, 64}, rng);
   CHECK_NOTHROW(
       kernel::RandomFeatures{}.map(narrow.data(), 1, 64, out.data(), attn::FeatureSide::key));
