@@ -4,8 +4,11 @@ attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodi
               autodiff/test_gradients.cpp autodiff/test_training.cpp)
 # Alone: it replaces the global operator new to count allocations.
 attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
-attn_add_test(attention attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp attention/test_paths_feature_map.cpp
-              attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp
+# Two programs, not one: the path checks instantiate every (score, kernel, mask) combination, and
+# one unity unit holding them and the rest was the longest compile of the build.
+attn_add_test(attention_paths attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp
+              attention/test_paths_feature_map.cpp)
+attn_add_test(attention attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp
               attention/test_masks.cpp)
 attn_add_test(attention_torch_parity attention/test_torch_parity.cpp DATA)
 attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp DATA)

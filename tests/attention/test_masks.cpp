@@ -70,10 +70,10 @@ std::vector<Tile> tiles_of(index_t tq, index_t tk, attn::Rng& rng) {
   return tiles;
 }
 
-struct Size {
+struct LengthPair {
   index_t tq, tk;
 };
-constexpr Size sizes[] = {{1, 1}, {13, 29}, {40, 40}, {37, 70}, {70, 37}};
+constexpr LengthPair length_pairs[] = {{1, 1}, {13, 29}, {40, 40}, {37, 70}, {70, 37}};
 constexpr index_t batch = 3;
 
 // Calls f(b, t, kind) for every tile t visited and every batch entry b, with the kind the mask's
@@ -253,7 +253,7 @@ TEST_CASE("BigBird's random blocks: in range, fixed by the seed, uniform over th
 
 TEST_CASE("each mask's tile classification equals a count over the tile's elements") {
   attn::Rng rng(5);
-  for (const Size& z : sizes) {
+  for (const LengthPair& z : length_pairs) {
     const index_t tq = z.tq, tk = z.tk;
     CAPTURE(tq);
     CAPTURE(tk);
@@ -273,7 +273,7 @@ TEST_CASE("each mask's tile classification equals a count over the tile's elemen
 
 TEST_CASE("And / Or: tiles from the parts' tiles, never claiming more than the elements say") {
   attn::Rng rng(6);
-  for (const Size& z : sizes) {
+  for (const LengthPair& z : length_pairs) {
     const index_t tq = z.tq, tk = z.tk;
     CAPTURE(tq);
     CAPTURE(tk);
