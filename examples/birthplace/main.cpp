@@ -1,7 +1,8 @@
 // examples/birthplace: the XCS224N birth-place experiment with attn: pretrain a GPT on Wikipedia
 // text with span corruption, finetune it on "Where was X born?" pairs, evaluate exact-match
 // accuracy with greedy decoding, and the always-"London" baseline; vanilla, synthesizer or
-// negative-squared-Euclidean attention. Does not use a GPU nor tune anything by itself.
+// negative-squared-Euclidean attention; pretrain and finetune train data-parallel under `mpirun -np
+// N` (examples/common/distributed.hpp). Does not use a GPU nor tune anything by itself.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
 #include <attn/data/data.hpp>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/distributed.hpp"
 #include "../common/plot.hpp"
 #include "../common/training.hpp"
 
@@ -80,7 +82,7 @@ struct Options {
   // The run; 0 means the stage's default (the problem set's hyper-parameters).
   double epochs = 0, budget_minutes = 0, lr = 0;
   std::string schedule = "mingpt";
-  index_t batch = 0, micro_batch = 0;
+  index_t batch = 0, micro_batch = 0, shards = 0;
   std::int64_t warmup_tokens = 512 * 20;
   double grad_clip = 1.0, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
   std::uint64_t seed = 1;
@@ -94,7 +96,7 @@ struct Options {
 struct Run {
   Stage stage = Stage::pretrain;
   double epochs = 0, lr = 0, grad_clip = 0, weight_decay = 0, beta1 = 0, beta2 = 0;
-  index_t batch = 0, micro_batch = 0, examples = 0, block = 0;
+  index_t batch = 0, micro_batch = 0, shards = 1, examples = 0, block = 0;
   std::int64_t warmup_tokens = 0, final_tokens = 0, save_every = 0;
   std::uint64_t seed = 0;
 
@@ -135,6 +137,7 @@ void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent
   m["train.beta2"] = exact(r.beta2);
   m["train.batch"] = std::to_string(r.batch);
   m["train.micro_batch"] = std::to_string(r.micro_batch);
+  m["train.shards"] = std::to_string(r.shards);
   m["train.examples"] = std::to_string(r.examples);
   m["train.warmup_tokens"] = std::to_string(r.warmup_tokens);
   m["train.final_tokens"] = std::to_string(r.final_tokens);
@@ -158,6 +161,7 @@ Run get_run(const io::Safetensors& file, const std::string& source, index_t bloc
   r.beta2 = real("train.beta2");
   r.batch = integer("train.batch");
   r.micro_batch = integer("train.micro_batch");
+  r.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
   r.examples = integer("train.examples");
   r.warmup_tokens = integer("train.warmup_tokens");
   r.final_tokens = integer("train.final_tokens");
@@ -169,7 +173,7 @@ Run get_run(const io::Safetensors& file, const std::string& source, index_t bloc
                  r.micro_batch >= 0 && r.examples > 0 && r.save_every > 0 && r.warmup_tokens >= 0 &&
                  r.final_tokens >= r.warmup_tokens && r.grad_clip > 0 && r.grad_clip <= 1e9 &&
                  r.weight_decay >= 0 && r.weight_decay <= 10 && r.beta1 >= 0 && r.beta1 < 1 &&
-                 r.beta2 >= 0 && r.beta2 < 1,
+                 r.beta2 >= 0 && r.beta2 < 1 && r.shards >= 1 && r.shards <= r.batch,
              attn::io_error, source, ": the saved training settings are out of range");
   return r;
 }
@@ -255,7 +259,8 @@ struct StageData {
 
 // `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
 template <class Attn>
-int train(const Options& o, Stage stage, const io::Safetensors& source_file, const CLI::App& cli) {
+int train(const Options& o, Stage stage, const io::Safetensors& source_file, const CLI::App& cli,
+          examples::DataParallel& dp) {
   using Model = nn::GPT<Attn>;
   const examples::StopRequest stop;
   attn::set_num_threads(o.threads);
@@ -273,13 +278,14 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
              " is the checkpoint --reading-params reads: finetuning would overwrite the ",
              "pretrained model; write to another file");
   const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
-  examples::check_output_file(out, "--writing-params", true);
-  if (!resuming) {
-    examples::refuse_to_replace({out, log_path}, o.overwrite, "birthplace", "--writing-params",
-                                std::string("continue that run with `birthplace ") +
-                                    stage_name(stage) + " --resume " + out.string() + "`");
+  if (dp.leader()) {  // the other ranks write no files (the path may not exist on their machine)
+    examples::check_output_file(out, "--writing-params", true);
+    if (!resuming)
+      examples::refuse_to_replace({out, log_path}, o.overwrite, "birthplace", "--writing-params",
+                                  std::string("continue that run with `birthplace ") +
+                                      stage_name(stage) + " --resume " + out.string() + "`");
+    examples::remove_stale_saves(out);
   }
-  examples::remove_stale_saves(out);
 
   const std::string corpus = examples::read_corpus(o.pretrain_corpus);
   const data::CharTokenizer tok = examples::about(source.empty() ? o.pretrain_corpus : source, [&] {
@@ -322,6 +328,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   examples::check_memory(examples::parameters_estimate(config), "birthplace", smaller);
   Model model(config);
   if (!source.empty()) io::get_parameters(source_file, model, source);
+  dp.broadcast_parameters(model);
   auto params = optim::parameters_of<float>(model);
 
   // What one step keeps in memory, measured on this model, for `r`'s sequences per pass.
@@ -344,7 +351,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
         saved_schedule != source_file.metadata.end() ? saved_schedule->second : "(not saved)";
     examples::check_resume_conflicts(cli, run_settings(requested_run(o), o.schedule),
                                      run_settings(run, schedule_name), source,
-                                     "--stop-at and --threads may change");
+                                     "--stop-at, --threads and --shards may change");
     ATTN_CHECK(cli.count("--budget-minutes") == 0, attn::value_error,
                "--budget-minutes conflicts with --resume ", source,
                ": a resumed run keeps its epochs (", examples::shortest(run.epochs), ")");
@@ -354,13 +361,16 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     ATTN_CHECK(run.examples == examples_of.size(), attn::value_error, "birthplace: ", source,
                " was trained on ", run.examples, " examples, the data now has ",
                examples_of.size());
+    if (o.shards > 0) run.shards = o.shards;  // another split from here on
+    run.shards = dp.shards(run.shards, run.batch);
     start = io::metadata_int(source_file, "train.step", source);
     before.wall = io::metadata_double(source_file, "train.elapsed_s", source);
     before.cpu = io::metadata_double(source_file, "train.cpu_s", source);
     ATTN_CHECK(start >= 0 && start <= run.total_steps(), attn::io_error, source,
                ": metadata train.step = ", start, " is outside [0, ", run.total_steps(), "]");
     if (start == run.total_steps()) {
-      std::printf(
+      if (dp.leader())
+        std::printf(
           "birthplace: %s is a finished %s run (step %lld of %lld): nothing to do, nothing "
           "changed\n",
           source.c_str(), stage_name(stage), (long long)start, (long long)start);
@@ -376,6 +386,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     run.epochs = o.epochs > 0 ? o.epochs : default_epochs;
     run.batch = o.batch > 0 ? o.batch : stage == Stage::pretrain ? 128 : 256;
     run.micro_batch = o.micro_batch;
+    run.shards = dp.shards(o.shards, run.batch);
     run.lr = o.lr > 0 ? o.lr : stage == Stage::pretrain ? 6e-3 : 6e-4;
     run.grad_clip = o.grad_clip;
     run.weight_decay = o.weight_decay;
@@ -401,15 +412,17 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
       for (int i = 0; i < 3; ++i) {
         const auto t = std::chrono::steady_clock::now();
         examples_of.batch(std::uint64_t(i), rows, x, y);
-        examples::train_step(probe, tape, probe_opt, probe_params, x, y, data::pad_id, 0.0, 1.0,
-                             std::uint64_t(i), run.micro_batch);
+        dp.step(probe, tape, probe_opt, probe_params, x, y, data::pad_id, 0.0, 1.0,
+                std::uint64_t(i), run.micro_batch, run.shards);
         if (i > 0) best = std::min(best, seconds_since(t));
       }
       const double steps = o.budget_minutes * 60 / best;
       run.epochs = std::floor(steps / double(run.steps_per_epoch()) * 100) / 100;  // 2 decimals
       run.epochs = std::max(run.epochs, 1.0 / double(run.steps_per_epoch()));      // >= 1 step
-      std::printf("budget %.1f min: %.2f s per step of %lld sequences -> %.2f epochs\n",
-                  o.budget_minutes, best, (long long)run.batch, run.epochs);
+      dp.broadcast(run.epochs);  // rank 0's timing decides, so that every rank runs the same run
+      if (dp.leader())
+        std::printf("budget %.1f min: %.2f s per step of %lld sequences -> %.2f epochs\n",
+                    o.budget_minutes, best, (long long)run.batch, run.epochs);
     }
     // minGPT's cosine ends at final_tokens = 200 · len(pretraining data) · block for the default
     // epochs; it scales with --epochs so that a shorter run keeps the schedule's shape.
@@ -435,32 +448,41 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
 
   // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
   // logged again) and continued; its rows start the curve, so the plot shows the whole run.
+  // Rank 0 alone touches the run's files.
   const std::vector<std::string> columns{"step",      "epoch",        "loss",      "lr",
                                          "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
   std::vector<double> curve_step, curve_loss;
-  if (resuming)
-    for (const std::vector<double>& row : examples::truncate_log(log_path, columns, start)) {
-      curve_step.push_back(row[1]);
-      curve_loss.push_back(row[2]);
-    }
-  // Everything is checked: only now does an --overwrite replace the earlier run's files.
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  if (!resuming)
-    for (const fs::path& p : {out, log_path, svg}) fs::remove(p);
-  io::CsvLog log(log_path, columns, resuming);
+  std::optional<io::CsvLog> log;
+  if (dp.leader()) {
+    if (resuming)
+      for (const std::vector<double>& row : examples::truncate_log(log_path, columns, start)) {
+        curve_step.push_back(row[1]);
+        curve_loss.push_back(row[2]);
+      }
+    // Everything is checked: only now does an --overwrite replace the earlier run's files.
+    if (out.has_parent_path()) fs::create_directories(out.parent_path());
+    if (!resuming)
+      for (const fs::path& p : {out, log_path, svg}) fs::remove(p);
+    log.emplace(log_path, columns, resuming);
+  }
 
-  std::printf(
-      "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
-      "vocab %d, %lld parameters\n"
-      "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
-      "minGPT cosine over %lld tokens (warmup %lld); %d threads; memory %s\n",
-      stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
-      (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
-      tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
-      (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
-      (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads, memory.c_str());
-  if (!o.reading_params.empty()) std::printf("  weights from %s\n", o.reading_params.c_str());
-  if (start > 0)
+  if (dp.leader())
+    std::printf(
+        "birthplace %s: %s attention, %lld layers, %lld heads (d_h %lld), %lld embd, block %lld, "
+        "vocab %d, %lld parameters\n"
+        "  %lld examples, batch %lld: %lld steps per epoch, %.2f epochs = %lld steps; lr %.3g, "
+        "minGPT cosine over %lld tokens (warmup %lld); %d threads; memory %s\n",
+        stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
+        (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
+        tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
+        (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
+        (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads, memory.c_str());
+  if (dp.leader() && dp.ranks() > 1)
+    std::printf("  data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
+                (long long)run.shards);
+  if (dp.leader() && !o.reading_params.empty())
+    std::printf("  weights from %s\n", o.reading_params.c_str());
+  if (dp.leader() && start > 0)
     std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);
   std::fflush(stdout);
 
@@ -479,7 +501,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   std::int64_t epoch_steps = 0;
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
   std::int64_t done_to = start;  // steps done (and saved) when the loop ends
-  for (std::int64_t step = start; step < end && !stop.requested(); ++step) {
+  bool stopping = dp.any(stop.requested());
+  for (std::int64_t step = start; step < end && !stopping; ++step) {
     const std::int64_t epoch = step / spe;
     if (epoch != order_epoch) {  // each epoch visits every example once, in a seeded order
       attn::Rng r(step_seed(run.seed, 3, epoch));
@@ -491,8 +514,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     examples_of.batch(step_seed(run.seed, 1, step), rows, x, y);
     const double lr = schedule(run.tokens_before(step));
     const examples::StepResult r =
-        examples::train_step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
-                             step_seed(run.seed, 2, step), run.micro_batch);
+        dp.step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
+                step_seed(run.seed, 2, step), run.micro_batch, run.shards);
     loss = r.loss;
     epoch_loss += r.loss;
     ++epoch_steps;
@@ -502,13 +525,19 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     const double done = double(step + 1 - start), left = double(end - step - 1);
     const double tokens_per_s = done * double(run.batch * block) / elapsed;
     const Spent now = spent();
-    // Ctrl-C: this step is done, and saved like the last one. The checkpoint goes first, then the
-    // step's log row: a resume cuts the log back to the checkpoint's step anyway.
-    const bool last = step + 1 == end || stop.requested(), epoch_end = (step + 1) % spe == 0;
-    if ((step + 1) % run.save_every == 0 || last)
-      save_checkpoint(out, model, opt, tok, variant, run, step + 1, now, schedule_name);
-    log.row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
-             tokens_per_s, now.wall, now.cpu});
+    // Ctrl-C (on any rank: the ranks agree): this step is done, and saved like the last one. The
+    // checkpoint goes first, then the step's log row: a resume cuts the log back to the
+    // checkpoint's step anyway.
+    stopping = dp.any(stop.requested());
+    const bool last = step + 1 == end || stopping, epoch_end = (step + 1) % spe == 0;
+    if ((step + 1) % run.save_every == 0 || last) {
+      dp.check_replicas(model);
+      if (dp.leader())
+        save_checkpoint(out, model, opt, tok, variant, run, step + 1, now, schedule_name);
+    }
+    if (log)
+      log->row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
+                tokens_per_s, now.wall, now.cpu});
     curve_step.push_back(double(step + 1) / double(spe));
     curve_loss.push_back(r.loss);
     char text[200];
@@ -516,10 +545,13 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
                   "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
                   double(step + 1) / double(spe), run.epochs, (long long)(step + 1),
                   (long long)total, r.loss, epoch_loss / double(epoch_steps), lr, tokens_per_s);
-    progress.show(double(step + 1) / double(total), text, left * elapsed / done, epoch_end || last);
+    if (dp.leader())
+      progress.show(double(step + 1) / double(total), text, left * elapsed / done,
+                    epoch_end || last);
     if (epoch_end) epoch_loss = 0, epoch_steps = 0;
   }
   progress.finish();
+  if (!dp.leader()) return stopping ? stop.exit_status() : 0;
 
   const Spent all = spent();
   std::printf(
@@ -535,7 +567,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
                     "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
   std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
   std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
-  return stop.requested() ? stop.exit_status() : 0;
+  return stopping ? stop.exit_status() : 0;
 }
 
 // ---- evaluation ------------------------------------------------------------------------------
@@ -624,6 +656,10 @@ void add_run_options(CLI::App* cmd, Options& o) {
                   "run each step's sequences this many at a time (gradient accumulation: the same "
                   "step in less memory; 0 = all at once)")
       ->check(CLI::Range(0, 65536));
+  cmd->add_option("--shards", o.shards,
+                  "data-parallel shards of every batch, summed in a fixed order (default: one per "
+                  "MPI rank); any rank count that divides it gives the same run")
+      ->check(CLI::Range(0, 65536));
   cmd->add_option("--lr", o.lr, "peak learning rate (default: pretrain 6e-3, finetune 6e-4)")
       ->check(examples::number_in(1e-9, 10));
   cmd->add_option("--schedule", o.schedule,
@@ -651,6 +687,7 @@ void add_run_options(CLI::App* cmd, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::DataParallel dp(argc, argv);  // the MPI job, when run under mpirun
   CLI::App app{
       "birthplace: pretrain a GPT with span corruption, finetune it to answer \"Where was X "
       "born?\", evaluate it (XCS224N ps5 with attn)"};
@@ -700,7 +737,7 @@ int main(int argc, char** argv) {
     cmd->add_option("--outputs-path", o.outputs_path, "write the predictions here, one per line");
   }
 
-  return examples::run_main(app, argc, argv, [&] {
+  return dp.finish(examples::run_main(app, argc, argv, [&] {
     for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
       if (*cmd) o.variant_given = cmd->count("--variant") > 0;
     if (*pretrain || *finetune) {
@@ -715,8 +752,10 @@ int main(int argc, char** argv) {
         variant = io::metadata_string(file, "variant", source);
       }
       CLI::App* cmd = *pretrain ? pretrain : finetune;
-      return with_variant(variant, [&]<class Attn>() { return train<Attn>(o, stage, file, *cmd); });
+      return with_variant(variant,
+                          [&]<class Attn>() { return train<Attn>(o, stage, file, *cmd, dp); });
     }
+    if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
     if (!o.outputs_path.empty())
       examples::check_output_file(o.outputs_path, "--outputs-path", false);
     if (*evaluate_cmd) {
@@ -733,5 +772,5 @@ int main(int argc, char** argv) {
     std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
     report(data::evaluate_constant(qa, "London"), qa, o);
     return 0;
-  });
+  }));
 }

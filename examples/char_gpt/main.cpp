@@ -1,7 +1,8 @@
 // examples/char_gpt: trains a character-level GPT (attn::nn::GPT) on a text file with AdamW and a
 // warmup + cosine schedule, logs and plots the losses, saves a resumable safetensors checkpoint,
-// and samples from it; `char_gpt sample` samples from a saved checkpoint.
-// Does not tokenize beyond characters nor train on more than one machine.
+// and samples from it; `char_gpt sample` samples from a saved checkpoint. Under `mpirun -np N` it
+// trains data-parallel (examples/common/distributed.hpp); rank 0 prints and writes the files.
+// Does not tokenize beyond characters nor split a model over machines.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
 #include <attn/data/data.hpp>
@@ -15,12 +16,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
+#include "../common/distributed.hpp"
 #include "../common/plot.hpp"
 #include "../common/training.hpp"
 
@@ -49,6 +52,7 @@ struct TrainOptions {
   std::string attention = "standard";
   std::string positions = "learned";
   index_t layers = 4, heads = 4, embd = 128, block = 64, batch = 32;
+  index_t shards = 0;  // data-parallel shards of every batch (0: one per rank)
   std::int64_t steps = 600, warmup = 50;
   std::int64_t stop_at = 0;  // > 0: end this session after that many steps (resume later)
   double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
@@ -104,6 +108,7 @@ void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_do
   m["train.steps"] = std::to_string(o.steps);
   m["train.warmup"] = std::to_string(o.warmup);
   m["train.batch"] = std::to_string(o.batch);
+  m["train.shards"] = std::to_string(o.shards);
   m["train.seed"] = std::to_string(o.seed);
   m["train.eval_every"] = std::to_string(o.eval_every);
   m["train.eval_batches"] = std::to_string(o.eval_batches);
@@ -132,13 +137,14 @@ void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string
   o.grad_clip = real("train.grad_clip");
   o.train_fraction = real("train.train_fraction");
   o.data_fraction = real("train.data_fraction");
+  o.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
   // `!(x > 0)` style: a NaN read from a file fails every check.
   ATTN_CHECK(o.steps > 0 && o.batch > 0 && o.eval_every > 0 && o.eval_batches > 0 &&
                  o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.grad_clip > 0 &&
                  o.train_fraction > 0 && o.train_fraction <= 1 && o.data_fraction > 0 &&
                  o.data_fraction <= 1 && std::isfinite(o.lr) && std::isfinite(o.min_lr) &&
                  std::isfinite(o.weight_decay) && std::isfinite(o.beta2) &&
-                 std::isfinite(o.grad_clip),
+                 std::isfinite(o.grad_clip) && o.shards >= 1 && o.shards <= o.batch,
              attn::io_error, source, ": the saved training settings are out of range");
 }
 
@@ -193,7 +199,7 @@ std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
 // ---- training --------------------------------------------------------------------------------
 
 template <class Attn>
-int train(const TrainOptions& options, const CLI::App& cli) {
+int train(const TrainOptions& options, const CLI::App& cli, examples::DataParallel& dp) {
   using Model = nn::GPT<Attn>;
   TrainOptions o = options;
   examples::ProgressLine progress;
@@ -218,8 +224,11 @@ int train(const TrainOptions& options, const CLI::App& cli) {
       o.data = resumed.metadata.at("train.data");
     restore_run(resumed, o, o.resume);
     examples::check_resume_conflicts(cli, run_settings(options), run_settings(o), o.resume,
-                                     "--stop-at, --threads and the sampling options may change");
+                                     "--stop-at, --threads, --shards and the sampling options "
+                                     "may change");
+    if (options.shards > 0) o.shards = options.shards;  // another split from here on
   }
+  o.shards = dp.shards(o.shards, o.batch);
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
   const std::string& source = resuming ? o.resume : o.init_from;
   const bool from_checkpoint = resuming || !o.init_from.empty();
@@ -247,7 +256,8 @@ int train(const TrainOptions& options, const CLI::App& cli) {
     if (resumed.metadata.count("train.elapsed_s"))
       elapsed_before = io::metadata_double(resumed, "train.elapsed_s", o.resume);
     if (start == o.steps) {
-      std::printf(
+      if (dp.leader())
+        std::printf(
           "char_gpt: %s is a finished run (step %lld of %lld): nothing to do, nothing changed; "
           "`char_gpt sample %s` samples from it\n",
           o.resume.c_str(), (long long)start, (long long)o.steps, o.resume.c_str());
@@ -258,15 +268,16 @@ int train(const TrainOptions& options, const CLI::App& cli) {
   }
   const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
                  svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
-  examples::check_writable_directory(out, "--out");
   ATTN_CHECK(o.init_from.empty() || !examples::same_path(o.init_from, checkpoint),
              attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
              checkpoint.string(), "): choose another --out");
-  if (!resuming) {
-    examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
-                                "continue that run with --resume " + checkpoint.string());
+  if (dp.leader()) {  // the other ranks write no files (their --out may not even exist)
+    examples::check_writable_directory(out, "--out");
+    if (!resuming)
+      examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
+                                  "continue that run with --resume " + checkpoint.string());
+    examples::remove_stale_saves(checkpoint);
   }
-  examples::remove_stale_saves(checkpoint);
 
   // The corpus and its vocabulary (from the checkpoint when continuing one).
   const std::string text = examples::read_corpus(o.data);
@@ -335,38 +346,47 @@ int train(const TrainOptions& options, const CLI::App& cli) {
   ac.weight_decay = o.weight_decay;
   optim::AdamW<float> opt(params, ac);
   if (from_checkpoint) io::get_parameters(resumed, model, source);
+  dp.broadcast_parameters(model);
   if (resuming) io::get_optimizer_state(resumed, opt, source);
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
 
   // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
   // logged again) and continued; its rows start the curves, so the plot shows the whole run.
+  // Rank 0 alone touches the run's files.
   std::vector<double> curve_step, curve_train, curve_val;
-  if (resuming)
-    for (const std::vector<double>& row : examples::truncate_log(log_path, log_columns, start)) {
-      curve_step.push_back(row[0]);
-      curve_train.push_back(row[1]);
-      curve_val.push_back(row[2]);
-    }
-  // Everything is checked: only now does an --overwrite replace the earlier run's files.
-  fs::create_directories(out);
-  if (!resuming)
-    for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
-  io::CsvLog log(log_path, log_columns, resuming);
+  std::optional<io::CsvLog> log;
+  if (dp.leader()) {
+    if (resuming)
+      for (const std::vector<double>& row : examples::truncate_log(log_path, log_columns, start)) {
+        curve_step.push_back(row[0]);
+        curve_train.push_back(row[1]);
+        curve_val.push_back(row[2]);
+      }
+    // Everything is checked: only now does an --overwrite replace the earlier run's files.
+    fs::create_directories(out);
+    if (!resuming)
+      for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
+    log.emplace(log_path, log_columns, resuming);
+  }
 
   const index_t n_params = nn::parameter_count(model);
   index_t n_attn = 0;
   model.for_each_parameter([&](const std::string& name, attn::Parameter<float>& p) {
     if (name.find(".attn.") != std::string::npos) n_attn += p.value.numel();
   });
-  std::printf(
-      "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
-      "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
-      "          memory: %s\n",
-      o.attention.c_str(), (long long)config.layers, (long long)config.heads,
-      (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
-      (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
-      memory.c_str());
-  if (start > 0)
+  if (dp.leader())
+    std::printf(
+        "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
+        "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
+        "          memory: %s\n",
+        o.attention.c_str(), (long long)config.layers, (long long)config.heads,
+        (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
+        (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
+        memory.c_str());
+  if (dp.leader() && dp.ranks() > 1)
+    std::printf("          data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
+                (long long)o.shards);
+  if (dp.leader() && start > 0)
     std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
   std::fflush(stdout);
 
@@ -393,11 +413,13 @@ int train(const TrainOptions& options, const CLI::App& cli) {
   double tokens_per_s = 0;
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
   std::int64_t done_to = start;  // steps done (and saved) when the loop ends
-  for (std::int64_t step = start; step < end && !stop.requested(); ++step) {
+  // Under mpirun the ranks agree on stopping (any rank's Ctrl-C stops all after the same step).
+  bool stopping = dp.any(stop.requested());
+  for (std::int64_t step = start; step < end && !stopping; ++step) {
     attn::Rng rng(step_seed(o.seed, 1, step));
     batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
-    const examples::StepResult r = examples::train_step(model, tape, opt, params, x, y, -100,
-                                                        schedule(step), o.grad_clip, rng.split());
+    const examples::StepResult r = dp.step(model, tape, opt, params, x, y, -100, schedule(step),
+                                           o.grad_clip, rng.split(), 0, o.shards);
     const double loss = r.loss;
     grad_norm = r.grad_norm;
     window_loss += loss;
@@ -405,7 +427,8 @@ int train(const TrainOptions& options, const CLI::App& cli) {
     done_to = step + 1;
 
     // Ctrl-C: this step is done; it is evaluated, saved and logged like the last one.
-    const bool last = step + 1 == end || stop.requested();
+    stopping = dp.any(stop.requested());
+    const bool last = step + 1 == end || stopping;
     const bool eval = (step + 1) % o.eval_every == 0 || last;
     const double elapsed = seconds_since(t0);
     const double done = double(step + 1 - start), left = double(end - step - 1);
@@ -416,17 +439,20 @@ int train(const TrainOptions& options, const CLI::App& cli) {
       const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
       // The checkpoint first, then its log row: a crash between the two loses a row that the
       // resumed run writes again, never leaves a row for a step no checkpoint holds.
-      save_checkpoint(checkpoint, model, &opt, tok, o, step + 1, elapsed_before + elapsed,
-                      data_crc);
-      log.row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps,
-               elapsed_before + elapsed});
+      dp.check_replicas(model);
+      if (dp.leader()) {
+        save_checkpoint(checkpoint, model, &opt, tok, o, step + 1, elapsed_before + elapsed,
+                        data_crc);
+        log->row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps,
+                  elapsed_before + elapsed});
+      }
       curve_step.push_back(double(step + 1));
       curve_train.push_back(train_loss);
       curve_val.push_back(val);
       window_loss = 0, window = 0;
       t_window = std::chrono::steady_clock::now();
     }
-    if (progress.tty() || eval) {
+    if (dp.leader() && (progress.tty() || eval)) {
       char text_line[160];
       std::snprintf(text_line, sizeof text_line,
                     "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s", (long long)(step + 1),
@@ -435,6 +461,7 @@ int train(const TrainOptions& options, const CLI::App& cli) {
     }
   }
   progress.finish();
+  if (!dp.leader()) return stopping ? stop.exit_status() : 0;
 
   std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
               (long long)(done_to - start), seconds_since(t0), tokens_per_s, val,
@@ -448,10 +475,10 @@ int train(const TrainOptions& options, const CLI::App& cli) {
     std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
   }
   std::printf("checkpoint: %s\n", checkpoint.c_str());
-  if (stop.requested() || done_to < o.steps)
+  if (stopping || done_to < o.steps)
     std::printf("stopped at step %lld of %lld; continue with `char_gpt --resume %s`\n",
                 (long long)done_to, (long long)o.steps, checkpoint.c_str());
-  if (stop.requested()) return stop.exit_status();
+  if (stopping) return stop.exit_status();
 
   if (o.sample_tokens > 0) {
     nn::SampleConfig s;
@@ -493,6 +520,7 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  examples::DataParallel dp(argc, argv);  // the MPI job, when run under mpirun
   CLI::App app{"char_gpt: train a character-level GPT with attn, or sample from a checkpoint"};
   app.footer(
       "A new run refuses an --out that holds a run (checkpoint.safetensors or log.csv) unless "
@@ -518,6 +546,10 @@ int main(int argc, char** argv) {
   app.add_option("--embd", t.embd, "model width")->check(CLI::Range(1, 8192));
   app.add_option("--block", t.block, "context length")->check(CLI::Range(1, 8192));
   app.add_option("--batch", t.batch, "sequences per step")->check(CLI::Range(1, 4096));
+  app.add_option("--shards", t.shards,
+                 "data-parallel shards of every batch, summed in a fixed order (default: one per "
+                 "MPI rank); any rank count that divides it gives the same run")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--steps", t.steps, "optimizer steps in total")->check(CLI::Range(1, 100000000));
   app.add_option("--stop-at", t.stop_at,
                  "end this session after this many steps; --resume continues the same run")
@@ -574,8 +606,9 @@ int main(int argc, char** argv) {
   sample_cmd->add_flag("--no-cache", s.no_cache, "recompute the context for every token");
   sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
 
-  return examples::run_main(app, argc, argv, [&] {
+  return dp.finish(examples::run_main(app, argc, argv, [&] {
     if (*sample_cmd) {
+      if (!dp.leader()) return 0;
       const io::Safetensors file = open_checkpoint(s.checkpoint);
       return with_attention(io::metadata_string(file, "attention", s.checkpoint),
                             [&]<class Attn>() { return sample<Attn>(s, file); });
@@ -586,6 +619,6 @@ int main(int argc, char** argv) {
     const std::string& from = !t.resume.empty() ? t.resume : t.init_from;
     if (!from.empty() && app.count("--attention") == 0)
       t.attention = io::metadata_string(open_checkpoint(from), "attention", from);
-    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t, app); });
-  });
+    return with_attention(t.attention, [&]<class Attn>() { return train<Attn>(t, app, dp); });
+  }));
 }

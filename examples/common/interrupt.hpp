@@ -34,8 +34,9 @@ class StopRequest {
   // The signal received (SIGINT or SIGTERM), 0 while none has come.
   int signal() const { return signal_.load(); }
   bool requested() const { return signal() != 0; }
-  // The exit status of a run stopped by the signal: 128 + its number (130 for SIGINT).
-  int exit_status() const { return 128 + signal(); }
+  // The exit status of a run stopped by the signal: 128 + its number (130 for SIGINT). A rank of
+  // a data-parallel job that stopped because another rank was signalled exits with 130 too.
+  int exit_status() const { return 128 + (requested() ? signal() : SIGINT); }
 
  private:
   // Only async-signal-safe calls here: an atomic store, write, _exit.

@@ -93,53 +93,67 @@ struct StepResult {
   double grad_norm = 0;  // the global gradient norm before clipping
 };
 
-// Dropout streams from `dropout_seed`, the mean cross-entropy of model(x) against y (targets equal
-// to ignore_index do not count), backward, gradient clipping to grad_clip, one optimizer step at
-// `lr`. Throws value_error when the loss is not finite.
+// Targets in rows [begin, end) of y [N, T] that count for the loss (not ignore_index).
+inline attn::index_t counted_targets(const attn::Tensor<std::int32_t>& y, std::int32_t ignore_index,
+                                     attn::index_t begin, attn::index_t end) {
+  const attn::index_t t = y.shape()[1];
+  return attn::index_t(std::count_if(y.begin() + begin * t, y.begin() + end * t,
+                                     [&](std::int32_t v) { return v != ignore_index; }));
+}
+
+// The backward pass of rows [begin, end) of x, y [N, T] into the parameters' gradients (added to
+// what they hold); returns the loss it differentiated.
 //
-// micro_batch > 0 runs the rows of x [N, T] in chunks of that many (gradient accumulation), so the
-// tape holds one chunk's activations at a time: chunk c with n_c counted targets contributes its
-// mean loss times n_c / n, so the sum over chunks is the batch's mean over all n counted targets,
-// and so are the gradients (up to rounding). Dropout then draws one stream per chunk.
-template <class Model, class Optimizer>
-StepResult train_step(Model& model, attn::Tape<float>& tape, Optimizer& opt,
-                      const std::vector<attn::optim::NamedParameter<float>>& params,
-                      const attn::Tensor<std::int32_t>& x, const attn::Tensor<std::int32_t>& y,
-                      std::int32_t ignore_index, double lr, double grad_clip,
-                      std::uint64_t dropout_seed, attn::index_t micro_batch = 0) {
+// The rows run in chunks of micro_batch (gradient accumulation; all at once when micro_batch <= 0),
+// so the tape holds one chunk's activations at a time: chunk c with n_c counted targets contributes
+// its mean loss times n_c / n, with n the counted targets of the whole batch, so the chunks of all
+// rows sum to the batch's mean loss, and so do the gradients (up to rounding). Chunk c draws its
+// dropout from the c-th split of Rng(dropout_seed). One chunk of the whole batch is simply the mean
+// loss, with dropout from dropout_seed itself.
+template <class Model>
+double backward_rows(Model& model, attn::Tape<float>& tape, const attn::Tensor<std::int32_t>& x,
+                     const attn::Tensor<std::int32_t>& y, std::int32_t ignore_index,
+                     attn::index_t begin, attn::index_t end, double n, std::uint64_t dropout_seed,
+                     attn::index_t micro_batch) {
   const attn::index_t rows = x.shape()[0], t = x.shape()[1];
-  StepResult r;
-  if (micro_batch <= 0 || micro_batch >= rows) {
+  if (begin == 0 && end == rows && (micro_batch <= 0 || micro_batch >= rows)) {
     model.reseed(dropout_seed);
     tape.clear();
     const attn::Var<float> loss = attn::cross_entropy(model(tape, x), y, ignore_index);
     tape.backward(loss);
-    r.loss = loss.item();
-  } else {
-    const auto counted = [&](attn::index_t begin, attn::index_t end) {
-      return attn::index_t(std::count_if(y.begin() + begin * t, y.begin() + end * t,
-                                         [&](std::int32_t v) { return v != ignore_index; }));
-    };
-    const double n = double(std::max<attn::index_t>(counted(0, rows), 1));
-    attn::Rng seeds(dropout_seed);
-    attn::Tensor<std::int32_t> xc, yc;
-    for (attn::index_t begin = 0; begin < rows; begin += micro_batch) {
-      const attn::index_t end = std::min(rows, begin + micro_batch);
-      const std::uint64_t chunk_seed = seeds.split();
-      const attn::index_t nc = counted(begin, end);
-      if (nc == 0) continue;
-      xc.resize(attn::Shape{end - begin, t});  // [n_c rows, T]
-      yc.resize(attn::Shape{end - begin, t});
-      std::copy(x.begin() + begin * t, x.begin() + end * t, xc.begin());
-      std::copy(y.begin() + begin * t, y.begin() + end * t, yc.begin());
-      model.reseed(chunk_seed);
-      tape.clear();
-      const attn::Var<float> loss =
-          attn::cross_entropy(model(tape, xc), yc, ignore_index) * float(double(nc) / n);
-      tape.backward(loss);
-      r.loss += loss.item();
-    }
+    return loss.item();
   }
+  const attn::index_t chunk =
+      micro_batch > 0 ? micro_batch : std::max<attn::index_t>(end - begin, 1);
+  double total = 0;
+  attn::Rng seeds(dropout_seed);
+  attn::Tensor<std::int32_t> xc, yc;
+  for (attn::index_t first = begin; first < end; first += chunk) {
+    const attn::index_t last = std::min(end, first + chunk);
+    const std::uint64_t chunk_seed = seeds.split();
+    const attn::index_t nc = counted_targets(y, ignore_index, first, last);
+    if (nc == 0) continue;
+    xc.resize(attn::Shape{last - first, t});  // [n_c rows, T]
+    yc.resize(attn::Shape{last - first, t});
+    std::copy(x.begin() + first * t, x.begin() + last * t, xc.begin());
+    std::copy(y.begin() + first * t, y.begin() + last * t, yc.begin());
+    model.reseed(chunk_seed);
+    tape.clear();
+    const attn::Var<float> loss =
+        attn::cross_entropy(model(tape, xc), yc, ignore_index) * float(double(nc) / n);
+    tape.backward(loss);
+    total += loss.item();
+  }
+  return total;
+}
+
+// With the step's gradient in the parameters: gradient clipping to grad_clip, one optimizer step at
+// `lr`, gradients zeroed. Throws value_error when the loss is not finite.
+template <class Optimizer>
+StepResult apply_step(Optimizer& opt, const std::vector<attn::optim::NamedParameter<float>>& params,
+                      double loss, double lr, double grad_clip) {
+  StepResult r;
+  r.loss = loss;
   r.grad_norm = attn::optim::clip_grad_norm(params, grad_clip);
   opt.set_lr(lr);
   opt.step();
@@ -147,6 +161,23 @@ StepResult train_step(Model& model, attn::Tape<float>& tape, Optimizer& opt,
   ATTN_CHECK(std::isfinite(r.loss), attn::value_error, "the training loss is ", r.loss,
              "; lower the learning rate");
   return r;
+}
+
+// Dropout streams from `dropout_seed`, the mean cross-entropy of model(x) against y (targets equal
+// to ignore_index do not count), backward (in chunks of micro_batch rows when micro_batch > 0, see
+// backward_rows), gradient clipping to grad_clip, one optimizer step at `lr`. Throws value_error
+// when the loss is not finite.
+template <class Model, class Optimizer>
+StepResult train_step(Model& model, attn::Tape<float>& tape, Optimizer& opt,
+                      const std::vector<attn::optim::NamedParameter<float>>& params,
+                      const attn::Tensor<std::int32_t>& x, const attn::Tensor<std::int32_t>& y,
+                      std::int32_t ignore_index, double lr, double grad_clip,
+                      std::uint64_t dropout_seed, attn::index_t micro_batch = 0) {
+  const attn::index_t rows = x.shape()[0];
+  const double n = double(std::max<attn::index_t>(counted_targets(y, ignore_index, 0, rows), 1));
+  const double loss =
+      backward_rows(model, tape, x, y, ignore_index, 0, rows, n, dropout_seed, micro_batch);
+  return apply_step(opt, params, loss, lr, grad_clip);
 }
 
 // ---- the progress line -----------------------------------------------------------------------

@@ -42,6 +42,14 @@ class cuda_error : public error {
   using error::error;
 };
 
+// A data-parallel collective failed or timed out (attn/dist/): the message names the operation,
+// the rank and what went wrong, e.g. "dist::GradientReducer::reduce: rank 0 of 2 waited 600 s
+// …". Declared here, without MPI headers, so code built without MPI can catch it.
+class dist_error : public error {
+ public:
+  using error::error;
+};
+
 namespace detail {
 
 // Concatenates any streamable arguments into one string: message("matmul: ", a, " x ", b).

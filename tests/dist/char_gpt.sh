@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tests/dist/char_gpt.sh CHAR_GPT DATA WORK MPIRUN...: char_gpt data-parallel under MPIRUN (an
+# mpirun on loopback, from tests/tests.cmake), end to end:
+#   1. 2 ranks × 1 thread write bit for bit the checkpoint (and logged losses) of one process running
+#      the same 2 shards per step, 20 steps; a 1-shard run differs (so the comparison can fail);
+#      with 4 shards, one process of 2 threads, 2 ranks and 4 ranks write the same checkpoint;
+#   2. a 2-rank run stopped at step 10 and resumed in one process ends bit for bit as (1);
+#   3. a rank killed (SIGKILL) mid-run ends the job within 20 s; the last checkpoint loads;
+#   4. a rank stopped (SIGSTOP) makes rank 0 give up after ATTN_DIST_TIMEOUT = 3 s, naming the
+#      timeout; the job ends within 20 s; the last checkpoint loads and resumes.
+# Does not start anything but char_gpt (directly and through MPIRUN), all inside WORK.
+set -euo pipefail
+char_gpt=$1 data=$2 work=$3
+shift 3
+mpirun=("$@")
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+
+fail() {
+  echo "char_gpt.sh: FAILED: $*"
+  exit 1
+}
+small=(--data "$data" --layers 1 --heads 2 --embd 32 --block 16 --batch 8 --warmup 2
+  --eval-batches 2 --threads 1 --sample-tokens 0 --dropout 0.1)
+losses() { cut -d, -f1-5 "$1"; } # step, train and validation loss, lr, gradient norm
+# Two checkpoints hold the same run: the same tensors byte for byte and the same header once the
+# wall-clock field train.elapsed_s (and the header's padding) is taken out.
+header_len() { od -An -t u8 -N 8 "$1" | tr -d ' '; }
+header_of() {
+  head -c $((8 + $(header_len "$1"))) "$1" | tail -c +9 |
+    LC_ALL=C sed -E 's/"train\.elapsed_s":"[^"]*",?//; s/ +$//'
+}
+same_checkpoint() {
+  cmp -s <(tail -c +$((9 + $(header_len "$1"))) "$1") <(tail -c +$((9 + $(header_len "$2"))) "$2") &&
+    [[ "$(header_of "$1")" == "$(header_of "$2")" ]]
+}
+
+echo "== 1. 2 ranks vs one process with 2 shards"
+"$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --shards 2 --out one >one.txt 2>&1
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --out two >two.txt 2>&1
+same_checkpoint one/checkpoint.safetensors two/checkpoint.safetensors || fail "the 2-rank checkpoint differs"
+[[ "$(losses one/log.csv)" == "$(losses two/log.csv)" ]] || fail "the logged losses differ"
+(($(grep -c "^char_gpt:" two.txt) == 1)) || fail "the header was printed by more than rank 0"
+grep -q "data parallel: 2 ranks, 2 shards per step" two.txt || fail "no data-parallel line"
+"$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --shards 1 --out single >/dev/null 2>&1
+! same_checkpoint single/checkpoint.safetensors two/checkpoint.safetensors ||
+  fail "1 shard gave the bits of 2 shards: the comparison above proves nothing"
+
+echo "== 1b. 4 shards: one process with 2 threads, 2 ranks of 2 shards, 4 ranks"
+# (wide enough for attn's parallel loops to use the second thread)
+four=(--data "$data" --layers 2 --heads 4 --embd 64 --block 64 --batch 8 --warmup 2
+  --eval-batches 1 --sample-tokens 0 --dropout 0.1 --steps 4 --eval-every 2 --shards 4)
+"$char_gpt" "${four[@]}" --threads 2 --out four1 >/dev/null 2>&1
+"${mpirun[@]}" -np 2 "$char_gpt" "${four[@]}" --threads 1 --out four2 >/dev/null 2>&1
+"${mpirun[@]}" -np 4 "$char_gpt" "${four[@]}" --threads 1 --out four4 >/dev/null 2>&1
+same_checkpoint four1/checkpoint.safetensors four2/checkpoint.safetensors || fail "2 ranks x 2 shards differ"
+same_checkpoint four1/checkpoint.safetensors four4/checkpoint.safetensors || fail "4 ranks differ"
+
+echo "== 2. 2 ranks stopped at step 10, resumed in one process"
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 20 --eval-every 5 --stop-at 10 \
+  --out resumed >/dev/null 2>&1
+"$char_gpt" --data "$data" --resume resumed/checkpoint.safetensors --out resumed --threads 1 \
+  --sample-tokens 0 >/dev/null 2>&1
+same_checkpoint resumed/checkpoint.safetensors two/checkpoint.safetensors || fail "the resumed run differs"
+[[ "$(losses resumed/log.csv)" == "$(losses two/log.csv)" ]] || fail "the resumed losses differ"
+
+# The pid of rank $2 of the mpirun whose pid is $1: the child of it (4th field of /proc/PID/stat)
+# whose environment holds OMPI_COMM_WORLD_RANK=$2.
+rank_pid() {
+  local d
+  for d in /proc/[0-9]*; do
+    [[ $(cut -d' ' -f4 "$d/stat" 2>/dev/null) == "$1" ]] || continue
+    if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "${d#/proc/}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Starts a long 2-rank run in $1/, waits for its first checkpoint, sends signal $2 to rank 1, and
+# checks that the job ends within 20 s with a non-zero status; its output goes to $1.txt.
+fail_rank() {
+  local out=$1 signal=$2 job pid status start elapsed
+  "${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 100000000 --eval-every 50 \
+    --out "$out" >"$out.txt" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    [[ -f $out/checkpoint.safetensors ]] && break
+    sleep 0.1
+  done
+  [[ -f $out/checkpoint.safetensors ]] || fail "$out: no checkpoint after 60 s"
+  pid=$(rank_pid "$job" 1) || fail "$out: rank 1 not found among mpirun's children"
+  start=$(date +%s)
+  kill -s "$signal" "$pid"
+  for _ in $(seq 200); do
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$job" 2>/dev/null; then
+    kill -s KILL "$pid" "$job" 2>/dev/null || true
+    fail "$out: the job still runs 20 s after rank 1 got SIG$signal"
+  fi
+  status=0
+  wait "$job" || status=$?
+  elapsed=$(($(date +%s) - start))
+  echo "$out: the job ended with status $status, ${elapsed} s after rank 1 got SIG$signal"
+  ((status != 0)) || fail "$out: the job ended with status 0"
+  "$char_gpt" sample "$out/checkpoint.safetensors" --tokens 5 >/dev/null 2>&1 ||
+    fail "$out: the last checkpoint does not load"
+}
+
+echo "== 3. a killed rank"
+fail_rank killed KILL
+
+echo "== 4. a stopped rank (ATTN_DIST_TIMEOUT=3)"
+ATTN_DIST_TIMEOUT=3 fail_rank stopped STOP
+grep -q "rank 0 of 2 waited [0-9.e+]* s in MPI_I" stopped.txt ||
+  fail "rank 0 did not report the timeout: $(tail -5 stopped.txt)"
+# The checkpoint of the failed job resumes (in one process, for two more steps).
+saved_step() { grep -ao '"train\.step":"[0-9]*"' "$1" | head -1 | tr -dc 0-9; }
+step=$(saved_step stopped/checkpoint.safetensors)
+[[ -n $step ]] || fail "stopped/checkpoint.safetensors has no train.step"
+"$char_gpt" --data "$data" --resume stopped/checkpoint.safetensors --out stopped --threads 1 \
+  --sample-tokens 0 --stop-at $((step + 2)) >resume.txt 2>&1 || fail "resume: $(tail -3 resume.txt)"
+(($(saved_step stopped/checkpoint.safetensors) == step + 2)) || fail "resume did not save step $((step + 2))"
+echo "== 5. Ctrl-C (SIGINT) reaching rank 1 only"
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 100000000 --eval-every 50 \
+  --out interrupted >interrupted.txt 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [[ -f interrupted/checkpoint.safetensors ]] && break
+  sleep 0.1
+done
+[[ -f interrupted/checkpoint.safetensors ]] || fail "interrupted: no checkpoint after 60 s"
+pid=$(rank_pid "$job" 1) || fail "interrupted: rank 1 not found among mpirun's children"
+kill -s INT "$pid"
+for _ in $(seq 200); do
+  kill -0 "$job" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$job" 2>/dev/null; then
+  kill -s KILL "$pid" "$job" 2>/dev/null || true
+  fail "interrupted: the job still runs 20 s after rank 1 got SIGINT"
+fi
+status=0
+wait "$job" || status=$?
+((status == 130)) || fail "interrupted: exit status $status, not 130: $(tail -5 interrupted.txt)"
+step=$(saved_step interrupted/checkpoint.safetensors)
+last_logged=$(tail -1 interrupted/log.csv | cut -d, -f1)
+[[ -n $step && $step == "$last_logged" ]] ||
+  fail "interrupted: the checkpoint holds step '$step', the log ends at '$last_logged'"
+grep -q "stopped at step $step of" interrupted.txt || fail "interrupted: rank 0 did not say where"
+echo "interrupted: exit 130 at step $step, saved and logged"
+
+echo "char_gpt.sh: passed"
