@@ -4,7 +4,9 @@
 #   -DMODE=add_subdirectory  build tests/consumer/subdir, which add_subdirectory()s
 #                            ATTN_SOURCE_DIR
 # Other inputs: ATTN_SOURCE_DIR, ATTN_BINARY_DIR, WORK_DIR, CXX_COMPILER, GENERATOR,
-# MAKE_PROGRAM, BUILD_TYPE, PREFIX_PATH ('|'-separated). Fails on any non-zero exit.
+# MAKE_PROGRAM, BUILD_TYPE, PREFIX_PATH ('|'-separated), CXX_FLAGS and LINKER_FLAGS (attn's own:
+# a program linking a sanitizer build of attn::compiled needs the same sanitizers). Fails on any
+# non-zero exit.
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var MODE ATTN_SOURCE_DIR WORK_DIR CXX_COMPILER GENERATOR)
@@ -43,7 +45,10 @@ endif()
 set(init_cache "${WORK_DIR}/init.cmake")
 list(APPEND configure_args -C "${init_cache}")
 macro(write_init_cache)
-  file(WRITE "${init_cache}" "set(CMAKE_PREFIX_PATH [==[${prefix_path}]==] CACHE STRING \"\")\n")
+  file(WRITE "${init_cache}"
+       "set(CMAKE_PREFIX_PATH [==[${prefix_path}]==] CACHE STRING \"\")\n"
+       "set(CMAKE_CXX_FLAGS [==[${CXX_FLAGS}]==] CACHE STRING \"\")\n"
+       "set(CMAKE_EXE_LINKER_FLAGS [==[${LINKER_FLAGS}]==] CACHE STRING \"\")\n")
 endmacro()
 
 if(MODE STREQUAL "find_package")
