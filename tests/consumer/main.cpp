@@ -1,10 +1,12 @@
-// Smallest downstream program: the umbrella header, a product (attn::gemm) and a checkpoint round
-// trip in memory (the safetensors parser). Built twice by the consumer tests: header-only
-// (attn::attn) and against the compiled part (attn::compiled), where both come from the library.
+// Smallest downstream program: the umbrella header, a product (attn::gemm), causal attention on
+// its fused and materialised paths, and a checkpoint round trip in memory (the safetensors
+// parser). Built twice by the consumer tests: header-only (attn::attn) and against the compiled
+// part (attn::compiled), where all of these come from the library.
 // Exit code 0 only if the library behaves.
 #include <attn/attn.hpp>
 #include <attn/io/safetensors.hpp>
 
+#include <cmath>
 #include <cstdio>
 
 int main() {
@@ -16,6 +18,22 @@ int main() {
   attn::gemm(a.data(), false, b.data(), false, c.data(), 2, 2, 3);
   if (c(0, 0) != 6.0f || c(1, 1) != 15.0f) {
     std::printf("consumer: gemm gave %g and %g, expected 6 and 15\n", c(0, 0), c(1, 1));
+    return 1;
+  }
+  // Causal attention over two positions: the first query sees only the first key, so its output
+  // is the first value row; both paths agree on the second.
+  attn::Tape<float> tape;
+  attn::Tensor<float> qkv({1, 1, 2, 2});
+  for (attn::index_t i = 0; i < 4; ++i) qkv[i] = 0.5f * float(i) - 0.7f;
+  const attn::Var<float> x = tape.leaf(qkv);
+  attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal> op;
+  const attn::Tensor<float> fused = op(x, x, x).value();
+  op.path = attn::AttentionPath::materialized;
+  const attn::Tensor<float> materialized = op(x, x, x).value();
+  if (fused[0] != qkv[0] || fused[1] != qkv[1] || std::abs(fused[2] - materialized[2]) > 1e-6f ||
+      std::abs(fused[3] - materialized[3]) > 1e-6f) {
+    std::printf("consumer: causal attention gave %g %g | %g %g (materialised %g %g)\n", fused[0],
+                fused[1], fused[2], fused[3], materialized[2], materialized[3]);
     return 1;
   }
   attn::io::Safetensors file;

@@ -101,4 +101,25 @@ Var<T> attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& 
   return Attention<Score, Kernel, Mask>{Score{}, Kernel{}, mask}(q, k, v, weights);
 }
 
+// The causal and unmasked scaled-dot softmax attention of float and double (the defaults of
+// MultiHeadAttention and nn::GPT) on both of their paths are compiled once in attn::compiled
+// (src/attention.cpp); programs linking it (ATTN_COMPILED) do not compile them again.
+#define ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, T, M)                                          \
+  PREFIX Var<T> online_softmax_attention<score::ScaledDot, M, T>(                                 \
+      const Var<T>&, const Var<T>&, const Var<T>&, const score::ScaledDot&, const M&, Tensor<T>*, \
+      const AttentionDropout&, const AttentionBackward&, index_t);                                \
+  PREFIX Var<T>                                                                                   \
+  materialized_attention<kernel::Softmax, M, T, detail::ScoreBias<score::ScaledDot>>(             \
+      const Var<T>&, const Var<T>&, const Var<T>&, const detail::MaterializedForm&,               \
+      const kernel::Softmax&, const M&, Tensor<T>*, const AttentionDropout&,                      \
+      const detail::ScoreBias<score::ScaledDot>&, index_t);
+#define ATTN_ATTENTION_INSTANTIATIONS(PREFIX)                     \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::None)   \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::Causal) \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::None)  \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::Causal)
+#ifdef ATTN_COMPILED
+ATTN_ATTENTION_INSTANTIATIONS(extern template)
+#endif
+
 }  // namespace attn
