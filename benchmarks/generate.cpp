@@ -3,6 +3,13 @@
 // Does not train: the weights are the random initialisation (speed does not depend on them).
 //
 //   build/release/benchmarks/bench_generate --config B --threads 2 --tokens 500
+//   build/release/benchmarks/bench_generate --config A --threads 2 --prompt 16 --tokens 256
+//
+// The prompt is tokens 1, 2, ..., --prompt (default 1). Each path runs once untimed; the cached
+// one is then timed --reps times (default 5; the median is printed, one call takes a fraction of
+// a second), the uncached one once. benchmarks/torch_generate.py is the PyTorch side
+// (benchmarks/vs_torch.py generate runs both).
+#include <algorithm>
 #include <attn/attn.hpp>
 #include <chrono>
 #include <cstdio>
@@ -28,7 +35,8 @@ using Attn =
 int main(int argc, char** argv) {
   std::string which = "B";
   int threads = 2;
-  index_t tokens = 500;
+  index_t tokens = 500, prompt_length = 1;
+  int reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--config"))
       which = argv[i + 1];
@@ -36,26 +44,39 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--tokens"))
       tokens = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--prompt"))
+      prompt_length = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--config demo|A|B] [--threads N] [--tokens N]\n", argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--config demo|A|B] [--threads N] [--prompt N] [--tokens N] [--reps R]\n",
+          argv[0]);
       return 2;
     }
   }
   const Config* cfg = bench::find_gpt_shape(which.c_str());
-  if (cfg == nullptr || threads < 1 || tokens < 1) {
-    std::fprintf(stderr, "bad arguments (config demo, A or B; threads >= 1; tokens >= 1)\n");
+  if (cfg == nullptr || threads < 1 || tokens < 1 || reps < 1 || prompt_length < 1 ||
+      prompt_length > cfg->block) {
+    std::fprintf(stderr,
+                 "bad arguments (config demo, A or B; threads, tokens, reps >= 1; 1 <= prompt <= "
+                 "the configuration's block)\n");
     return 2;
   }
   attn::set_num_threads(threads);
 
   attn::nn::GPT<Attn> model(bench::gpt_config(*cfg));
-  const std::vector<std::int32_t> prompt{1};
+  std::vector<std::int32_t> prompt(static_cast<std::size_t>(prompt_length));
+  for (index_t i = 0; i < prompt_length; ++i)
+    prompt[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i + 1) % cfg->vocab);
 
   std::printf(
       "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld), %d threads, "
-      "%lld tokens from a one-token prompt\n",
+      "%lld tokens from a %lld-token prompt\n",
       cfg->name, (long long)cfg->vocab, (long long)cfg->layers, (long long)cfg->heads,
-      (long long)cfg->embd, (long long)cfg->block, threads, (long long)tokens);
+      (long long)cfg->embd, (long long)cfg->block, threads, (long long)tokens,
+      (long long)prompt_length);
   double rate[2] = {0, 0};
   std::vector<std::int32_t> drawn[2];
   for (const bool cached : {true, false}) {
@@ -65,10 +86,14 @@ int main(int argc, char** argv) {
     s.seed = 7;
     s.use_cache = cached;
     attn::nn::generate(model, prompt, s);  // warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    drawn[cached] = attn::nn::generate(model, prompt, s);
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> times;
+    for (int r = 0; r < (cached ? reps : 1); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      drawn[cached] = attn::nn::generate(model, prompt, s);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double secs = times[times.size() / 2];
     rate[cached] = double(drawn[cached].size()) / secs;
     std::printf("  %-8s %9.0f tokens/s  (%.3f s)\n", cached ? "cache" : "no cache", rate[cached],
                 secs);
@@ -76,7 +101,7 @@ int main(int argc, char** argv) {
   std::printf("  cache / no cache: %.1fx\n", rate[1] / rate[0]);
   // Beyond the block the two samplers see different contexts (the cached one restarts from half
   // a block), so their draws are compared only up to there.
-  const std::size_t same = std::size_t(std::min<index_t>(tokens, cfg->block - 1));
+  const std::size_t same = std::size_t(std::min<index_t>(tokens, cfg->block - prompt_length));
   const bool agree =
       std::equal(drawn[0].begin(), drawn[0].begin() + std::ptrdiff_t(same), drawn[1].begin());
   std::printf("  the first %zu tokens agree: %s\n", same, agree ? "yes" : "NO");

@@ -11,6 +11,7 @@ the command unsets it for this process only.) Prints median milliseconds of --re
 warm-up. Needs python3-torch (Debian); attn does not depend on it.
 """
 import argparse
+import json
 import math
 import statistics
 import time
@@ -33,12 +34,22 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lengths", default="256,1024,2048,4096")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON object per line instead of the table (for vs_torch.py)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     B, H, Dh = 1, 8, 64
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, B = {B}, H = {H}, Dh = {Dh}")
-    print("     T mask    | manual fwd ms | manual f+b ms | nn.MHA fwd ms | nn.MHA f+b ms")
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    sgemm = 2.0 * n**3 / (median_ms(args.reps, lambda: a @ b) * 1e6)
+    if args.json:
+        print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "sgemm_gflops": sgemm}))
+    else:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, B = {B}, "
+              f"H = {H}, Dh = {Dh}; SGEMM (n = {n}): {sgemm:.1f} GFLOP/s")
+        print("     T mask    | manual fwd ms | manual f+b ms | nn.MHA fwd ms | nn.MHA f+b ms")
     for T in [int(t) for t in args.lengths.split(",")]:
         for causal in (False, True):
             q = torch.randn(B, H, T, Dh, requires_grad=True)
@@ -71,7 +82,13 @@ def main():
                 mha(x, x, x, attn_mask=mask, need_weights=False)[0].sum().backward()
 
             row = [median_ms(args.reps, f) for f in (manual_fwd, manual_fb, mha_fwd, mha_fb)]
-            print(f"{T:6d} {'causal' if causal else 'none':7s} | " + " | ".join(f"{t:13.1f}" for t in row))
+            mask_name = "causal" if causal else "none"
+            if args.json:
+                keys = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
+                print(json.dumps({"T": T, "mask": mask_name, **dict(zip(keys, row))}), flush=True)
+            else:
+                print(f"{T:6d} {mask_name:7s} | " + " | ".join(f"{t:13.1f}" for t in row),
+                      flush=True)
 
 
 if __name__ == "__main__":

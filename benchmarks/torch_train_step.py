@@ -13,6 +13,7 @@ the command unsets it for this process only.) One configuration per process, so 
 prints belongs to that configuration. Needs python3-torch (Debian); attn does not depend on it.
 """
 import argparse
+import json
 import math
 import resource
 import time
@@ -76,6 +77,8 @@ def main():
     ap.add_argument("--config", choices=CONFIGS, default="A")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--json", action="store_true",
+                    help="one JSON object instead of the text lines (for vs_torch.py)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -104,6 +107,13 @@ def main():
     secs = time.perf_counter() - t0
     tokens = c["batch"] * c["block"] * args.steps
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    if args.json:
+        print(json.dumps({"torch": torch.__version__, "config": args.config,
+                          "threads": args.threads, "steps": args.steps,
+                          "tokens_per_s": tokens / secs,
+                          "ms_per_step": 1e3 * secs / args.steps,
+                          "loss": loss, "peak_rss_gib": peak}))
+        return
     print(f"torch {torch.__version__} config {args.config} {c}, {args.threads} threads, "
           f"{args.steps} steps\n  tokens/s {tokens / secs:.0f} | {1e3 * secs / args.steps:.1f} ms/step"
           f" | loss {loss:.4f} | peak RSS {peak:.2f} GiB")

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <attn/attention/multi_head.hpp>  // Attention, the policies, MultiHeadAttention
+#include <attn/attention/reference.hpp>   // reference_attention, the oracle
 
 namespace {
 

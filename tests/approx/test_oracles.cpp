@@ -8,6 +8,7 @@
 #include <Eigen/QR>
 #include <algorithm>
 #include <attn/approx/approx.hpp>
+#include <attn/attention/reference.hpp>
 #include <cmath>
 #include <limits>
 #include <numeric>

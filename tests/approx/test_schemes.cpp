@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <attn/approx/approx.hpp>
+#include <attn/attention/reference.hpp>
 #include <attn/attn.hpp>
 #include <cmath>
 #include <string>

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <attn/attention/attention.hpp>
 #include <attn/attention/flash_block.hpp>
+#include <attn/attention/reference.hpp>
 #include <cmath>
 #include <limits>
 #include <type_traits>

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <attn/attention/attention.hpp>
+#include <attn/attention/reference.hpp>
 #include <attn/attn.hpp>
 #include <cmath>
 #include <string>

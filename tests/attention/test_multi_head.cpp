@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <attn/attention/multi_head.hpp>
+#include <attn/attention/reference.hpp>
 #include <attn/attn.hpp>
 #include <string>
 

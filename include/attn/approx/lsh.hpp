@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../attention/attention.hpp"
+#include "../attention/reference.hpp"  // reference_features: φ in double
 
 namespace attn::approx {
 

@@ -17,7 +17,6 @@
 #include "materialized.hpp"
 #include "online_softmax.hpp"
 #include "random_features.hpp"
-#include "reference.hpp"
 #include "score.hpp"
 
 namespace attn {

@@ -30,16 +30,6 @@ struct ReferenceAttention {
 
 namespace detail {
 
-// Feature maps read q and k scaled so that φ(q)·φ(k) approximates κ of the score: by d^{-1/4}
-// each under ScaledDot (together 1/√d), unscaled under Dot.
-template <ScorePolicy Score>
-double feature_input_scale(index_t d) {
-  if constexpr (std::is_same_v<Score, score::ScaledDot>)
-    return std::pow(static_cast<double>(d), -0.25);
-  else
-    return 1.0;
-}
-
 // φ of `rows` rows x [rows, d] (already scaled) for a feature-map kernel, in double, by the
 // kernel's own definition: value() per coordinate, or its map() by rows. [rows, F]
 template <FeatureMapKernel K>

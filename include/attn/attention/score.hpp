@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <concepts>
+#include <type_traits>
 
 #include "../core/host_device.hpp"
 #include "../core/shape.hpp"
@@ -153,6 +154,20 @@ template <ScorePolicy S, class A>
 ATTN_HOST_DEVICE A score_from_parts(A alpha, A qk, A qq, A kk) {
   return alpha * qk + static_cast<A>(S::beta_q) * qq + static_cast<A>(S::beta_k) * kk;
 }
+
+namespace detail {
+
+// Feature maps read q and k scaled so that φ(q)·φ(k) approximates κ of the score: by d^{-1/4}
+// each under ScaledDot (together 1/√d), unscaled under Dot.
+template <ScorePolicy Score>
+double feature_input_scale(index_t d) {
+  if constexpr (std::is_same_v<Score, score::ScaledDot>)
+    return std::pow(static_cast<double>(d), -0.25);
+  else
+    return 1.0;
+}
+
+}  // namespace detail
 
 static_assert(ScorePolicy<score::Dot>);
 static_assert(ScorePolicy<score::ScaledDot>);

@@ -1,0 +1,234 @@
+#!/usr/bin/python3
+"""attn against PyTorch at its fastest on this machine, as ratios measured in one run.
+
+    benchmarks/vs_torch.py attention --build build/release [--lengths 1024,4096] [--reps 5]
+    benchmarks/vs_torch.py train --build build/release [--configs A,B]
+    benchmarks/vs_torch.py generate --build build/release [--configs A,B]
+
+PyTorch runs in a fresh process for every combination of its intra-op threads (torch
+.set_num_threads: 1, 2) and OpenBLAS's threads (OPENBLAS_NUM_THREADS: 1, 2; OpenBLAS reads it when
+it loads), each under benchmarks/quiet_run.py (it waits for a quiet machine and repeats a run
+that others disturbed). Each figure of PyTorch's is the best over the four combinations, and the
+table says which gave it; attn runs once with --threads (default 2). OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE are unset for every process (some machines preset them for older OpenBLAS builds,
+and they slow its kernels). --csv FILE also writes every measurement, one row each, atomically.
+
+The PyTorch scripts (torch_attention.py, torch_train_step.py, torch_generate.py) need
+python3-torch (Debian); attn does not depend on it.
+"""
+import argparse
+import csv
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives in the system interpreter
+
+
+def environment(openblas_threads=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
+                        "OMP_NUM_THREADS")}
+    if openblas_threads is not None:
+        env["OPENBLAS_NUM_THREADS"] = str(openblas_threads)
+    return env
+
+
+OTHERS = 0.1  # cores the rest of the machine may use during a run (--others)
+
+
+def quiet(cmd, env):
+    """stdout of cmd run under quiet_run.py; its verdict line goes to our stderr."""
+    proc = subprocess.run([PYTHON, os.path.join(HERE, "quiet_run.py"), "--others", str(OTHERS),
+                           "--", *cmd], env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"vs_torch: {' '.join(cmd)} failed (exit {proc.returncode})")
+    return proc.stdout
+
+
+def torch_runs(script, args):
+    """{(torch threads, OpenBLAS threads): [json objects]} for every combination."""
+    runs = {}
+    for tt, ob in itertools.product((1, 2), (1, 2)):
+        print(f"vs_torch: {script}, torch threads {tt}, OpenBLAS threads {ob}", file=sys.stderr)
+        out = quiet([PYTHON, os.path.join(HERE, script), "--threads", str(tt), "--json", *args],
+                    environment(ob))
+        runs[(tt, ob)] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return runs
+
+
+def best(runs, select, key, lower_is_better=True):
+    """(value, (torch threads, OpenBLAS threads)) of the best run for one figure."""
+    vals = [(select(r)[key], combo) for combo, r in runs.items() if select(r) is not None]
+    return (min if lower_is_better else max)(vals, key=lambda x: x[0])
+
+
+def combo_name(c):
+    return f"t{c[0]}/b{c[1]}"
+
+
+def bench(build, name, args):
+    path = os.path.join(build, "benchmarks", f"bench_{name}")
+    if not os.access(path, os.X_OK):
+        sys.exit(f"vs_torch: {path} not found (cmake --build {build} --target bench_{name})")
+    print(f"vs_torch: bench_{name} {' '.join(args)}", file=sys.stderr)
+    return quiet([path, *args], environment())
+
+
+def write_csv(path, rows):
+    if not path:
+        return
+    fields = sorted({k for r in rows for k in r})
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".vs_torch.", suffix=".csv")
+    with os.fdopen(fd, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
+
+
+def cpu_line():
+    model, flags = "unknown CPU", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{model}, {os.cpu_count()} cores, {simd}"
+
+
+def attention(a):
+    lengths = [int(t) for t in a.lengths.split(",")]
+    runs = torch_runs("torch_attention.py", ["--lengths", a.lengths, "--reps", str(a.reps)])
+    out = bench(a.build, "attention", ["--threads", str(a.threads), "--lengths", a.lengths,
+                                       "--reps", str(a.reps)])
+    attn_sgemm = float(re.search(r"SGEMM \(attn::gemm, n = 2048\): ([\d.]+)", out).group(1))
+    ours = {}
+    for line in out.splitlines():
+        parts = [p.split() for p in line.split("|")]
+        if len(parts) == 6 and parts[0] and parts[0][0].isdigit():
+            ours[(int(parts[0][0]), parts[0][1])] = {
+                "fused_fwd_ms": float(parts[1][0]), "fused_gflops": float(parts[1][1]),
+                "fused_fb_ms": float(parts[2][0])}
+    sgemm, sgemm_combo = best(runs, lambda r: r[0], "sgemm_gflops", lower_is_better=False)
+    best_sgemm = max(sgemm, attn_sgemm)
+    rows = [{"what": "sgemm", "who": "attn", "threads": a.threads, "gflops": attn_sgemm}]
+    rows += [{"what": "sgemm", "who": "torch", "combo": combo_name(c),
+              "gflops": r[0]["sgemm_gflops"]} for c, r in runs.items()]
+    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
+          f"threads (t/b)")
+    print(f"SGEMM n = 2048: attn::gemm {attn_sgemm:.1f} GFLOP/s, PyTorch {sgemm:.1f} "
+          f"({combo_name(sgemm_combo)})")
+    print("     T mask    | attn fwd   f+b | manual fwd (t/b)    f+b (t/b)   | nn.MHA fwd (t/b)"
+          "    f+b (t/b)   | f+b: manual  MHA | fwd: manual  MHA | fwd % best SGEMM")
+    keys = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
+    for T, mask in itertools.product(lengths, ("none", "causal")):
+        o = ours[(T, mask)]
+
+        def select(r, T=T, mask=mask):
+            return next((x for x in r if x.get("T") == T and x.get("mask") == mask), None)
+
+        f = {k: best(runs, select, k) for k in keys}
+        theirs = " | ".join(
+            " ".join(f"{f[k][0]:8.1f} ({combo_name(f[k][1])})" for k in pair)
+            for pair in (keys[:2], keys[2:]))
+        fb = [f[k][0] / o["fused_fb_ms"] for k in ("manual_fb_ms", "mha_fb_ms")]
+        fwd = [f[k][0] / o["fused_fwd_ms"] for k in ("manual_fwd_ms", "mha_fwd_ms")]
+        print(f"{T:6d} {mask:8s}| {o['fused_fwd_ms']:8.1f} {o['fused_fb_ms']:5.1f} | {theirs} | "
+              f"{fb[0]:10.2f}x {fb[1]:4.2f}x | {fwd[0]:10.2f}x {fwd[1]:4.2f}x | "
+              f"{100 * o['fused_gflops'] / best_sgemm:13.0f} %")
+        rows.append({"what": "attention", "who": "attn", "threads": a.threads, "T": T,
+                     "mask": mask, **o})
+        for c, r in runs.items():
+            x = select(r)
+            rows.append({"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
+                         "mask": mask, **{k: x[k] for k in keys}})
+    write_csv(a.csv, rows)
+
+
+def train(a):
+    rows = []
+    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
+          f"threads (t/b)")
+    table = []
+    for cfg in a.configs.split(","):
+        steps = "10" if cfg == "A" else "5"
+        runs = torch_runs("torch_train_step.py", ["--config", cfg, "--steps", steps])
+        out = bench(a.build, "train_step", ["--config", cfg, "--threads", str(a.threads),
+                                            "--steps", steps])
+        tok = float(re.search(r"tokens/s (\d+)", out).group(1))
+        rss = float(re.search(r"peak RSS ([\d.]+) GiB", out).group(1))
+        tb, tc = best(runs, lambda r: r[0], "tokens_per_s", lower_is_better=False)
+        trss = runs[tc][0]["peak_rss_gib"]
+        table.append((cfg, tok, rss, tb, tc, trss, runs))
+        rows.append({"what": "train", "who": "attn", "config": cfg, "threads": a.threads,
+                     "tokens_per_s": tok, "peak_rss_gib": rss})
+        rows += [{"what": "train", "who": "torch", "config": cfg, "combo": combo_name(c),
+                  "tokens_per_s": r[0]["tokens_per_s"], "peak_rss_gib": r[0]["peak_rss_gib"]}
+                 for c, r in runs.items()]
+    print("config | attn tokens/s  RSS GiB | PyTorch t1/b1  t1/b2  t2/b1  t2/b2 | "
+          "best (RSS GiB)     | ratio")
+    for cfg, tok, rss, tb, tc, trss, runs in table:
+        each = "  ".join(f"{runs[c][0]['tokens_per_s']:5.0f}" for c in sorted(runs))
+        print(f"{cfg:6s} | {tok:13.0f} {rss:8.2f} | {each:>33s} | "
+              f"{tb:5.0f} {combo_name(tc)} ({trss:.2f}) | {tok / tb:.2f}x")
+    write_csv(a.csv, rows)
+
+
+def generate(a):
+    rows = []
+    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
+          f"threads (t/b); prompt {a.prompt}, {a.tokens} new tokens, KV cache on both sides")
+    print("config | attn tokens/s | PyTorch t1/b1  t1/b2  t2/b1  t2/b2 | best  | ratio")
+    for cfg in a.configs.split(","):
+        runs = torch_runs("torch_generate.py", ["--config", cfg, "--prompt", str(a.prompt),
+                                                "--tokens", str(a.tokens)])
+        out = bench(a.build, "generate", ["--config", cfg, "--threads", str(a.threads),
+                                          "--prompt", str(a.prompt), "--tokens", str(a.tokens)])
+        tok = float(re.search(r"^\s+cache\s+([\d.]+) tokens/s", out, re.M).group(1))
+        tb, tc = best(runs, lambda r: r[0], "tokens_per_s", lower_is_better=False)
+        each = "  ".join(f"{runs[c][0]['tokens_per_s']:5.0f}" for c in sorted(runs))
+        print(f"{cfg:6s} | {tok:13.0f} | {each:>33s} | {tb:5.0f} {combo_name(tc)} | "
+              f"{tok / tb:.2f}x")
+        rows.append({"what": "generate", "who": "attn", "config": cfg, "threads": a.threads,
+                     "tokens_per_s": tok})
+        rows += [{"what": "generate", "who": "torch", "config": cfg, "combo": combo_name(c),
+                  "tokens_per_s": r[0]["tokens_per_s"]} for c, r in runs.items()]
+    write_csv(a.csv, rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    for name in ("attention", "train", "generate"):
+        p = sub.add_parser(name)
+        p.add_argument("--build", default="build/release", help="attn build folder")
+        p.add_argument("--threads", type=int, default=2, help="attn's threads (default 2)")
+        p.add_argument("--csv", help="also write every measurement here")
+        p.add_argument("--others", type=float, default=0.1,
+                       help="cores others may use during a run (default 0.1; a large value "
+                            "turns the quiet check off, for trying the script out)")
+        if name == "attention":
+            p.add_argument("--lengths", default="1024,4096")
+            p.add_argument("--reps", type=int, default=5)
+        else:
+            p.add_argument("--configs", default="A,B")
+        if name == "generate":
+            p.add_argument("--prompt", type=int, default=16)
+            p.add_argument("--tokens", type=int, default=256)
+    a = ap.parse_args()
+    global OTHERS
+    OTHERS = a.others
+    {"attention": attention, "train": train, "generate": generate}[a.what](a)
+
+
+if __name__ == "__main__":
+    main()
