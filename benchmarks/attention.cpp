@@ -70,23 +70,22 @@ void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
   const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
   const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
-  auto time = [&](attn::AttentionPath path, bool backward) {
-    attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, Mask> op;
-    op.path = path;
+  auto time = [&](bool materialized, bool backward) {
+    const attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, Mask> op;
     return median_ms(reps, [&] {
       tape.clear();
       auto qv = tape.leaf(q, backward), kv = tape.leaf(k, backward), vv = tape.leaf(v, backward);
-      auto o = op(qv, kv, vv);
+      auto o = materialized ? op.materialized(qv, kv, vv) : op(qv, kv, vv);
       if (backward) tape.backward(attn::sum(o));
     });
   };
   const double flops =
       4.0 * double(T) * double(T) * Dh * H * (std::is_same_v<Mask, attn::mask::Causal> ? 0.5 : 1.0);
-  const double fused = time(attn::AttentionPath::automatic, false);
-  const double fused_bw = time(attn::AttentionPath::automatic, true);
+  const double fused = time(false, false);
+  const double fused_bw = time(false, true);
   const bool run_plain = T <= 4096;
-  const double plain = run_plain ? time(attn::AttentionPath::materialized, false) : 0;
-  const double plain_bw = run_plain ? time(attn::AttentionPath::materialized, true) : 0;
+  const double plain = run_plain ? time(true, false) : 0;
+  const double plain_bw = run_plain ? time(true, true) : 0;
   std::printf("%6lld %-7s | %9.1f %7.1f %5.0f%% | %9.1f | %9.1f %7.1f | %9.1f | %5.2fx %5.2fx\n",
               static_cast<long long>(T), mask_name, fused, flops / (fused * 1e6),
               100 * flops / (fused * 1e6) / gemm_rate, fused_bw, plain, flops / (plain * 1e6),
@@ -144,8 +143,7 @@ int memory(attn::index_t T) {
   attn::Attention<> op;
   const double out = op(qv, kv, vv).value()[0];
   const double fused = peak_rss_mib();
-  op.path = attn::AttentionPath::materialized;
-  const double out2 = op(qv, kv, vv).value()[0];
+  const double out2 = op.materialized(qv, kv, vv).value()[0];
   const double plain = peak_rss_mib();
   std::printf(
       "T = %lld, B = 1, H = 8, Dh = 64, float, %d threads; q, k, v and their tape copies: %.1f "

@@ -109,8 +109,7 @@ void check_combination() {
     const auto ref = attn::reference_attention(q, k, v, Score{}, kern, m);
 
     attn::Attention<Score, Kernel, Mask> fast{Score{}, kern, m};
-    attn::Attention<Score, Kernel, Mask> slow = fast;
-    slow.path = attn::AttentionPath::materialized;
+    const attn::Materialized slow{fast};
     auto run = [&](const auto& op, Tensor<T>* weights) {
       attn::Tape<T> tape;
       auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
@@ -165,9 +164,13 @@ using WindowOrCustom = mask::Or<mask::SlidingWindow, mask::Custom>;
 // A left-padded causal batch through `op` (an Attention<Score, Kernel, LeftPaddedCausal> in
 // double, its own path): batch entry b holds a prompt of L − start[b] tokens after start[b]
 // padding positions whose values are garbage. Each prompt's rows must equal the prompt run alone
-// (the same op with no padding), padded rows must be 0 and padded keys get no gradient.
+// (the same op with no padding), padded rows must be 0 and padded keys get no gradient. On the
+// materialised path (op.materialized) when `materialized`.
 template <class Op>
-void check_left_padded(Op op) {
+void check_left_padded(Op op, bool materialized = false) {
+  auto run = [&](const Op& o, const auto& q, const auto& k, const auto& v) {
+    return materialized ? o.materialized(q, k, v) : o(q, k, v);
+  };
   attn::Rng rng(15);
   const index_t B = 3, H = 2, L = 9, D = 4;
   const std::vector<index_t> start = {3, 0, 8};
@@ -177,7 +180,7 @@ void check_left_padded(Op op) {
   op.mask.second = mask::LeftPadding(start);
   attn::Tape<double> tape;
   auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
-  auto o = op(qv, kv, vv);
+  auto o = run(op, qv, kv, vv);
   tape.backward(attn::sum(o * o));
   for (index_t b = 0; b < B; ++b) {
     CAPTURE(b);
@@ -192,8 +195,8 @@ void check_left_padded(Op op) {
     attn::Tape<double> alone_tape;
     Op alone_op = op;
     alone_op.mask.second = mask::LeftPadding({0});
-    const Tensor<double> alone = alone_op(alone_tape.leaf(rows(q, H)), alone_tape.leaf(rows(k, 1)),
-                                          alone_tape.leaf(rows(v, 1)))
+    const Tensor<double> alone = run(alone_op, alone_tape.leaf(rows(q, H)),
+                                     alone_tape.leaf(rows(k, 1)), alone_tape.leaf(rows(v, 1)))
                                      .value();
     for (index_t h = 0; h < H; ++h)
       for (index_t i = 0; i < L; ++i)

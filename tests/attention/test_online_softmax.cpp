@@ -115,12 +115,10 @@ Grads<T> run(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const T
   auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
   attn::Attention<Score, kernel::Softmax, Mask> op{Score{}, kernel::Softmax{}, m};
   op.dropout = drop;
-  if (plan)
-    op.backward = *plan;
-  else
-    op.path = attn::AttentionPath::materialized;
+  if (plan) op.backward = *plan;
   Grads<T> g;
-  auto o = op(qv, kv, vv, weights ? &g.w : nullptr);
+  auto o = plan ? op(qv, kv, vv, weights ? &g.w : nullptr)
+                : op.materialized(qv, kv, vv, weights ? &g.w : nullptr);
   tape.backward(attn::sum(o * tape.leaf(r)));
   g.o = o.value();
   g.dq = qv.grad();

@@ -259,16 +259,14 @@ attn::mask::Padding padding_of(const std::string& name) {
 void check_per_head(const std::string& name) {
   auto ref = [&](const std::string& t) -> const Tensor<double>& { return need(name + "." + t); };
   using Op = attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal>;
-  for (const auto path : {attn::AttentionPath::automatic, attn::AttentionPath::materialized}) {
-    const std::string label =
-        name + (path == attn::AttentionPath::automatic ? " [automatic]" : " [materialized]");
-    Op op{};
-    op.path = path;
+  for (const bool materialized : {false, true}) {
+    const std::string label = name + (materialized ? " [materialized]" : " [automatic]");
+    const Op op{};
     attn::Tape<double> tape;
     const attn::Var<double> q = tape.leaf(ref("q"), true);
     const attn::Var<double> k = tape.leaf(ref("k"), true);
     const attn::Var<double> v = tape.leaf(ref("v"), true);
-    const attn::Var<double> o = op(q, k, v);
+    const attn::Var<double> o = materialized ? op.materialized(q, k, v) : op(q, k, v);
     tape.backward(attn::sum(o * tape.leaf(ref("r"))));
     if (verbose()) std::cout << label << "\n";
     check_close(label + " o", o.value(), ref("o"));

@@ -28,8 +28,7 @@ int main() {
   const attn::Var<float> x = tape.leaf(qkv);
   attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal> op;
   const attn::Tensor<float> fused = op(x, x, x).value();
-  op.path = attn::AttentionPath::materialized;
-  const attn::Tensor<float> materialized = op(x, x, x).value();
+  const attn::Tensor<float> materialized = op.materialized(x, x, x).value();
   if (fused[0] != qkv[0] || fused[1] != qkv[1] || std::abs(fused[2] - materialized[2]) > 1e-6f ||
       std::abs(fused[3] - materialized[3]) > 1e-6f) {
     std::printf("consumer: causal attention gave %g %g | %g %g (materialised %g %g)\n", fused[0],

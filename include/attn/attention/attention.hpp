@@ -5,11 +5,14 @@
 //   feature maps, mask None, Causal,
 //     key-only masks and And of those -> linear attention, O(T F Dv) (masked keys dropped)
 //   feature maps, other masks        -> materialised weights of φ(q)·φ(k)
+// op.materialized(q, k, v) runs the materialised path for any combination (the plain-GEMM
+// implementation the fast paths are compared with); it is compiled only where it is called.
 // Does not project or split heads; MultiHeadAttention (multi_head.hpp) does.
 #pragma once
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "kernel.hpp"
 #include "linear.hpp"
@@ -20,10 +23,6 @@
 #include "score.hpp"
 
 namespace attn {
-
-// Which implementation runs: the compile-time choice above, or the materialised one for every
-// kernel (the plain-GEMM path; tests compare the two).
-enum class AttentionPath { automatic, materialized };
 
 template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
           MaskPolicy Mask = mask::None>
@@ -36,7 +35,6 @@ struct Attention {
   Score score{};
   Kernel kernel{};
   Mask mask{};
-  AttentionPath path = AttentionPath::automatic;
   AttentionDropout dropout{};    // on the weights; set p = 0 (or a new seed per step) as needed
   AttentionBackward backward{};  // how the fused path's backward runs (default: by shape)
   // > 0: attend to the first key_length rows of each key/value head of k and v (a decoding cache
@@ -46,49 +44,83 @@ struct Attention {
   // True when this combination runs in O(T) memory and time per query row (no T x T matrix).
   static constexpr bool linear_path = Kernel::feature_map && detail::LinearMask<Mask>::ok;
 
-  // o = attention(q, k, v). With `weights`, also writes the [B, H, Tq, Tk] weights (analysis;
-  // for feature-map kernels this takes the materialised path).
+  // o = attention(q, k, v) on the path chosen at compile time (see the top of this file). With
+  // `weights`, also writes the [B, H, Tq, Tk] weights (analysis; for feature-map kernels this
+  // takes the materialised path).
   template <class T>
   Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                     Tensor<T>* weights = nullptr) const {
-    ATTN_CHECK(key_length == 0 || !Kernel::feature_map, value_error, "attention: key_length ",
-               key_length, " needs a score kernel; feature maps read whole key tensors");
-    if constexpr (Kernel::feature_map) {
-      const T c = static_cast<T>(detail::feature_input_scale<Score>(q.shape().last()));
-      const Var<T> fq = feature_map(kernel, eval(c * q), FeatureSide::query);
-      Var<T> fk = feature_map(kernel, eval(c * k), FeatureSide::key);
-      if constexpr (linear_path) {
-        // The linear path never forms the weights, so it cannot return or drop them.
-        if (path == AttentionPath::automatic && weights == nullptr && !dropout.active()) {
-          using Linear = detail::LinearMask<Mask>;
-          if constexpr (Linear::drop_keys) {  // φ(k_j) = 0 for the keys the mask leaves out
-            const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention");
-            mask.validate(g.B, g.Tq, g.Tk);
-            const index_t F = fk.shape().last();
-            Tensor<T> keep(Shape{g.B, g.Hk, g.Tk, F});  // 1 for a kept key, 0 for a dropped one
-            for (index_t b = 0; b < g.B; ++b)
-              for (index_t j = 0; j < g.Tk; ++j)
-                if (Linear::keep(mask, b, j, g.Tq, g.Tk))
-                  for (index_t hk = 0; hk < g.Hk; ++hk) std::fill_n(&keep(b, hk, j, 0), F, T{1});
-            fk = eval(fk * fk.tape().leaf(std::move(keep)));
-          }
-          return linear_attention(fq, fk, v, Linear::causal);
+    check_key_length();
+    if constexpr (linear_path) {
+      // The linear path never forms the weights, so it cannot return or drop them.
+      if (weights == nullptr && !dropout.active()) {
+        auto [fq, fk] = features(q, k);
+        using Linear = detail::LinearMask<Mask>;
+        if constexpr (Linear::drop_keys) {  // φ(k_j) = 0 for the keys the mask leaves out
+          const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention");
+          mask.validate(g.B, g.Tq, g.Tk);
+          const index_t F = fk.shape().last();
+          Tensor<T> keep(Shape{g.B, g.Hk, g.Tk, F});  // 1 for a kept key, 0 for a dropped one
+          for (index_t b = 0; b < g.B; ++b)
+            for (index_t j = 0; j < g.Tk; ++j)
+              if (Linear::keep(mask, b, j, g.Tq, g.Tk))
+                for (index_t hk = 0; hk < g.Hk; ++hk) std::fill_n(&keep(b, hk, j, 0), F, T{1});
+          fk = eval(fk * fk.tape().leaf(std::move(keep)));
         }
+        return linear_attention(fq, fk, v, Linear::causal);
       }
+    }
+    if constexpr (std::is_same_v<Kernel, kernel::Softmax>)
+      return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward, key_length);
+    else
+      return materialized(q, k, v, weights);
+  }
+
+  // The same attention on the materialised path, for every kernel: all Tq x Tk weights formed,
+  // then W V (per head: GEMM, kernel, GEMM: the plain implementation that tests and benchmarks
+  // compare operator() with). A member template, so a program that never calls it does not
+  // compile it.
+  template <class T>
+  Var<T> materialized(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                      Tensor<T>* weights = nullptr) const {
+    check_key_length();
+    if constexpr (Kernel::feature_map) {
+      auto [fq, fk] = features(q, k);
       return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
                                     detail::IdentityKernel{}, mask, weights, dropout);
     } else {
       const detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q,
                                           Score::beta_k};
       const detail::ScoreBias<Score> bias{score};  // ALiBi's b_h(p_i − p_j); nothing for others
-      if constexpr (std::is_same_v<Kernel, kernel::Softmax>) {
-        if (path == AttentionPath::automatic)
-          return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward,
-                                          key_length);
-      }
       return materialized_attention(q, k, v, form, kernel, mask, weights, dropout, bias,
                                     key_length);
     }
+  }
+
+ private:
+  void check_key_length() const {
+    ATTN_CHECK(key_length == 0 || !Kernel::feature_map, value_error, "attention: key_length ",
+               key_length, " needs a score kernel; feature maps read whole key tensors");
+  }
+
+  // φ(c q), φ(c k) of a feature-map kernel, c scaling the inputs to the score (score.hpp).
+  template <class T>
+  std::pair<Var<T>, Var<T>> features(const Var<T>& q, const Var<T>& k) const {
+    const T c = static_cast<T>(detail::feature_input_scale<Score>(q.shape().last()));
+    return {feature_map(kernel, eval(c * q), FeatureSide::query),
+            feature_map(kernel, eval(c * k), FeatureSide::key)};
+  }
+};
+
+// op on its materialised path as an operator of its own: Materialized{op}(q, k, v) =
+// op.materialized(q, k, v), for code that takes either (tests run both through one fixture).
+template <class Op>
+struct Materialized {
+  Op op;
+  template <class T>
+  Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                    Tensor<T>* weights = nullptr) const {
+    return op.materialized(q, k, v, weights);
   }
 };
 
