@@ -123,6 +123,8 @@ struct Materialized {
     return op.materialized(q, k, v, weights);
   }
 };
+template <class Op>
+Materialized(Op) -> Materialized<Op>;  // for compilers without aggregate deduction (clang < 17)
 
 // attention<Score, Kernel>(q, k, v, mask): the operator as one call.
 template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
