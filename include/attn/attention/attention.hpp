@@ -112,20 +112,6 @@ struct Attention {
   }
 };
 
-// op on its materialised path as an operator of its own: Materialized{op}(q, k, v) =
-// op.materialized(q, k, v), for code that takes either (tests run both through one fixture).
-template <class Op>
-struct Materialized {
-  Op op;
-  template <class T>
-  Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v,
-                    Tensor<T>* weights = nullptr) const {
-    return op.materialized(q, k, v, weights);
-  }
-};
-template <class Op>
-Materialized(Op) -> Materialized<Op>;  // for compilers without aggregate deduction (clang < 17)
-
 // attention<Score, Kernel>(q, k, v, mask): the operator as one call.
 template <ScorePolicy Score = score::ScaledDot, KernelPolicy Kernel = kernel::Softmax,
           MaskPolicy Mask = mask::None, class T>
