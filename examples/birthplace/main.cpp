@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli.hpp"
 #include "../common/distributed.hpp"
 #include "../common/plot.hpp"
 #include "../common/training.hpp"

@@ -7,6 +7,8 @@
 #include <attn/approx/linformer.hpp>
 #include <attn/attn.hpp>
 
+#include "attention_names.hpp"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -38,34 +40,9 @@ template <attn::index_t K>
 using Linformer =
     attn::approx::LinformerAttention<K, attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
 
-// name -> one line of help, in the order --help lists them.
-inline const std::map<std::string, std::string>& attention_help() {
-  static const std::map<std::string, std::string> help{
-      {"standard", "scaled dot product, softmax (exponential kernel), separate W_Q and W_K"},
-      {"symmetric", "tied W_Q = W_K (symmetric scores), softmax"},
-      {"euclidean", "negative squared Euclidean distance -|q-k|^2, softmax"},
-      {"poly2", "degree-2 polynomial kernel (q.k/sqrt(d))^2, normalised (materialised weights)"},
-      {"linear", "elu(x)+1 feature maps, O(T) causal linear attention"},
-      {"synthesizer", "dense synthesizer: scores ReLU(x A + b1) B + b2 from each token alone"},
-      {"rotary", "rotary positions (RoPE): q, k turned by their positions (use --positions none)"},
-      {"alibi", "ALiBi: scaled dot minus a per-head slope times the distance (--positions none)"},
-      {"cosine", "cosine of q and k times a learned per-head scale (query-key normalisation)"},
-      {"bilinear", "bilinear q^T W_h k / sqrt(d), a learned W_h per head (identity at start)"},
-      {"additive", "additive (MLP) score w^T tanh(W1 q + W2 k), materialised weights"},
-      {"linformer32", "Linformer: keys and values projected along time to 32 rows (causal)"},
-  };
-  return help;
-}
-
-inline std::vector<std::string> attention_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, help] : attention_help()) names.push_back(name);
-  return names;
-}
-
 // Calls f.template operator()<Attn>() with the module type a name stands for.
 template <class F>
-int with_attention(const std::string& name, F&& f) {
+decltype(auto) with_attention(const std::string& name, F&& f) {
   if (name == "standard") return f.template operator()<Standard>();
   if (name == "symmetric") return f.template operator()<Symmetric>();
   if (name == "euclidean") return f.template operator()<Euclidean>();
@@ -79,6 +56,16 @@ int with_attention(const std::string& name, F&& f) {
   if (name == "additive") return f.template operator()<Additive>();
   if (name == "linformer32") return f.template operator()<Linformer<32>>();
   throw attn::value_error("unknown attention '" + name + "'");
+}
+
+// Every variant behind one type: a trainer that builds nn::GPT<AnyCausal> compiles its model,
+// training loop and checkpoint code once, and only the attention modules once per variant.
+using AnyCausal = attn::nn::AnyAttention<float, attn::mask::Causal>;
+using MakeAttention = AnyCausal (*)(const attn::MultiHeadConfig&);
+
+// The factory that builds the variant a name stands for (for nn::GPT<AnyCausal>(config, make)).
+inline MakeAttention attention_factory(const std::string& name) {
+  return with_attention(name, []<class Attn>() -> MakeAttention { return &AnyCausal::make<Attn>; });
 }
 
 }  // namespace examples

@@ -21,19 +21,13 @@
 #include <string_view>
 #include <typeinfo>
 
+#include "format.hpp"
+
 namespace examples {
 
 // Exit statuses of the example programs.
 inline constexpr int exit_error = 1;  // the program ran into a problem (a file, the data, memory)
 inline constexpr int exit_usage = 2;  // a bad option: nothing was read or written
-
-// The shortest text that reads back as the same double, in %g's style ("0.1", "0.0006",
-// "2e-05"): how options and saved settings are shown and compared.
-inline std::string shortest(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
-  return std::string(buf, r.ptr);
-}
 
 // A check for a floating-point option: a finite number in [lo, hi] (or (lo, hi] when lo_open).
 // CLI::Range lets NaN through (every comparison with NaN is false), so `--temperature nan` used

@@ -18,7 +18,7 @@
 #include <system_error>
 #include <vector>
 
-#include "cli.hpp"
+#include "format.hpp"
 
 namespace examples {
 
@@ -117,11 +117,13 @@ inline std::vector<Setting> model_settings(std::int64_t layers, std::int64_t hea
 }
 
 // The settings of a resumed run come from its checkpoint (`saved`); an option given on the
-// command line (`cmd`) with another value than the saved one is an error naming both, instead of
-// being ignored in silence. `allowed` explains what may change instead.
-inline void check_resume_conflicts(const CLI::App& cmd, const std::vector<Setting>& given,
-                                   const std::vector<Setting>& saved, const std::string& checkpoint,
-                                   std::string_view allowed) {
+// command line with another value than the saved one is an error naming both, instead of being
+// ignored in silence. `cmd.count(option)` says whether an option was given (a CLI::App, or the
+// set of the options given). `allowed` explains what may change instead.
+template <class Command>
+void check_resume_conflicts(const Command& cmd, const std::vector<Setting>& given,
+                            const std::vector<Setting>& saved, const std::string& checkpoint,
+                            std::string_view allowed) {
   for (const Setting& g : given) {
     if (cmd.count(g.option) == 0) continue;
     for (const Setting& s : saved)

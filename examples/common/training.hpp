@@ -1,7 +1,8 @@
 // examples/common/training.hpp: what the example trainers (char_gpt, birthplace) share, besides
 // the attention variants (attention_variants.hpp) and checkpoint files (char_checkpoint.hpp):
 // per-step seeds, one optimizer step, the progress line, durations. Their files, memory check,
-// interruption and command line are in run_files.hpp, memory.hpp, interrupt.hpp and cli.hpp.
+// interruption and command line are in run_files.hpp, memory.hpp, interrupt.hpp and cli.hpp
+// (which this header leaves out: the training code of a program need not compile CLI11).
 // Does not parse options, hold a training loop or choose file names: each trainer keeps its own.
 #pragma once
 
@@ -13,7 +14,6 @@
 
 #include "attention_variants.hpp"
 #include "char_checkpoint.hpp"
-#include "cli.hpp"
 #include "interrupt.hpp"
 #include "memory.hpp"
 #include "run_files.hpp"

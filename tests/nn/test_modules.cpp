@@ -253,3 +253,76 @@ TEST_CASE("nn: sinusoidal positions and configuration errors") {
           gpt(tape, ids_of({1, 2}, {0, 7}));
         }).find("outside") != std::string::npos);
 }
+
+namespace {
+
+// Same shape, same values, bit for bit.
+bool identical(const Tensor<double>& a, const Tensor<double>& b) {
+  if (a.shape() != b.shape()) return false;
+  for (index_t i = 0; i < a.numel(); ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("nn::AnyAttention: a GPT built through it is the GPT of the module it holds") {
+  using Any = nn::AnyAttention<double, attn::mask::Causal>;
+  static_assert(nn::AttentionModule<Any>);
+  using RotaryMha =
+      attn::MultiHeadAttention<attn::score::Rotary, attn::kernel::Softmax, attn::mask::Causal,
+                               attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+  const auto ids = ids_of({2, 6}, {1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5});
+  const auto targets = ids_of({2, 6}, {2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6});
+  auto check = [&]<class Attn>(nn::GPTConfig c) {
+    CAPTURE(Attn::score_type::name);
+    c.dropout = 0.25;  // the training flag and the dropout streams must reach the held module
+    nn::GPT<Attn> direct(c);
+    nn::GPT<Any> erased(c, &Any::make<Attn>);
+    // The same parameters, in the same order, with the same values (GPT-2's scaled out_proj too).
+    std::vector<std::string> names_direct, names_erased;
+    std::vector<Tensor<double>> values;
+    direct.for_each_parameter([&](const std::string& n, attn::Parameter<double>& p) {
+      names_direct.push_back(n);
+      values.push_back(p.value);
+    });
+    std::size_t at = 0;
+    erased.for_each_parameter([&](const std::string& n, attn::Parameter<double>& p) {
+      names_erased.push_back(n);
+      REQUIRE(at < values.size());
+      CHECK(identical(p.value, values[at++]));
+    });
+    CHECK(names_erased == names_direct);
+    // Training (dropout on, both reseeded alike): the same loss and gradients, bit for bit.
+    direct.reseed(11);
+    erased.reseed(11);
+    Tape<double> t1, t2;
+    const Var<double> l1 = direct.loss(t1, ids, targets), l2 = erased.loss(t2, ids, targets);
+    CHECK(l1.item() == l2.item());
+    t1.backward(l1);
+    t2.backward(l2);
+    std::vector<Tensor<double>> grads;
+    direct.for_each_parameter(
+        [&](const std::string&, attn::Parameter<double>& p) { grads.push_back(p.grad); });
+    at = 0;
+    erased.for_each_parameter([&](const std::string&, attn::Parameter<double>& p) {
+      CHECK(identical(p.grad, grads[at++]));
+    });
+    // Evaluation: dropout off in the held module too, and decoding with the cache.
+    direct.set_training(false);
+    erased.set_training(false);
+    Tape<double> t3, t4;
+    CHECK(identical(direct(t3, ids).value(), erased(t4, ids).value()));
+    Tape<double> t5;
+    CHECK(direct.loss(t5, ids, targets).item() != l1.item());  // dropout was on while training
+    auto c1 = direct.make_caches();
+    auto c2 = erased.make_caches();
+    CHECK(identical(direct.decode(t3, ids, c1).value(), erased.decode(t4, ids, c2).value()));
+  };
+  check.operator()<CausalMha>(tiny_config());
+  check.operator()<TiedMha>(tiny_config());
+  check.operator()<LinearMha>(tiny_config());
+  nn::GPTConfig c = tiny_config();
+  c.positions = nn::PositionEncoding::none;
+  check.operator()<RotaryMha>(c);
+}

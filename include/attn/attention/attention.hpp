@@ -120,23 +120,34 @@ Var<T> attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& 
   return Attention<Score, Kernel, Mask>{Score{}, Kernel{}, mask}(q, k, v, weights);
 }
 
-// The causal and unmasked scaled-dot softmax attention of float and double (the defaults of
-// MultiHeadAttention and nn::GPT) on both of their paths are compiled once in attn::compiled
-// (src/attention.cpp); programs linking it (ATTN_COMPILED) do not compile them again.
-#define ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, T, M)                                          \
-  PREFIX Var<T> online_softmax_attention<score::ScaledDot, M, T>(                                 \
-      const Var<T>&, const Var<T>&, const Var<T>&, const score::ScaledDot&, const M&, Tensor<T>*, \
-      const AttentionDropout&, const AttentionBackward&, index_t);                                \
-  PREFIX Var<T>                                                                                   \
-  materialized_attention<kernel::Softmax, M, T, detail::ScoreBias<score::ScaledDot>>(             \
-      const Var<T>&, const Var<T>&, const Var<T>&, const detail::MaterializedForm&,               \
-      const kernel::Softmax&, const M&, Tensor<T>*, const AttentionDropout&,                      \
+// The causal and unmasked softmax attention of float and double on both of their paths are
+// compiled once in attn::compiled (src/attention.cpp): the fused kernel of the dot family (the
+// default scaled dot and every score run as a dot product, detail::DotForm) and the materialised
+// scaled dot; programs linking it (ATTN_COMPILED) do not compile them again.
+#define ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, T, M)                                         \
+  PREFIX Var<T> online_softmax_attention<detail::DotForm, M, T>(                                 \
+      const Var<T>&, const Var<T>&, const Var<T>&, const detail::DotForm&, const M&, Tensor<T>*, \
+      const AttentionDropout&, const AttentionBackward&, index_t);                               \
+  PREFIX Var<T>                                                                                  \
+  materialized_attention<kernel::Softmax, M, T, detail::ScoreBias<score::ScaledDot>>(            \
+      const Var<T>&, const Var<T>&, const Var<T>&, const detail::MaterializedForm&,              \
+      const kernel::Softmax&, const M&, Tensor<T>*, const AttentionDropout&,                     \
       const detail::ScoreBias<score::ScaledDot>&, index_t);
-#define ATTN_ATTENTION_INSTANTIATIONS(PREFIX)                     \
-  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::None)   \
-  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::Causal) \
-  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::None)  \
-  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::Causal)
+// The fused kernels of the negative squared Euclidean and ALiBi scores, float only (what models
+// train in), the same two masks.
+#define ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, S, M)                                          \
+  PREFIX Var<float> online_softmax_attention<S, M, float>(                                         \
+      const Var<float>&, const Var<float>&, const Var<float>&, const S&, const M&, Tensor<float>*, \
+      const AttentionDropout&, const AttentionBackward&, index_t);
+#define ATTN_ATTENTION_INSTANTIATIONS(PREFIX)                                      \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::None)                    \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::Causal)                  \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::None)                   \
+  ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::Causal)                 \
+  ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, score::NegSqEuclidean, mask::None)   \
+  ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, score::NegSqEuclidean, mask::Causal) \
+  ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, score::Alibi, mask::None)            \
+  ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, score::Alibi, mask::Causal)
 #ifdef ATTN_COMPILED
 ATTN_ATTENTION_INSTANTIATIONS(extern template)
 #endif

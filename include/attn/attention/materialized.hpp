@@ -52,7 +52,7 @@ struct ScoreBias {
 template <class T>
 struct MaterializedScratch {
   Mat<T> s, k, w, wd, dw;
-  Col<T> z, an, bn;
+  Col<T> z, rows, cols;
 };
 
 template <class T>
@@ -70,7 +70,9 @@ void materialize_head(const MaterializedForm& form, const Kappa& kappa, const Ma
   Eigen::Map<const Mat<T>> A(a + g.q_off(b, h, 0), g.Tq, g.Dh);
   Eigen::Map<const Mat<T>> Bm(bk + g.k_off(b, hk, 0), g.Tk, g.Dh);
   sc.s.resize(g.Tq, g.Tk);
-  sc.s.noalias() = A * Bm.transpose();
+  // The products go through attn's gemm (compiled once in attn::compiled), not Eigen's operator*,
+  // which would compile Eigen's GEMM kernels again for every kernel and mask.
+  gemm_serial(A.data(), false, Bm.data(), true, sc.s.data(), g.Tq, g.Tk, g.Dh);
   sc.s *= static_cast<T>(form.alpha);
   if (form.beta_a != 0) sc.s.colwise() += static_cast<T>(form.beta_a) * A.rowwise().squaredNorm();
   if (form.beta_b != 0)
@@ -119,8 +121,8 @@ struct MaterializedOp {
   Bias bias;
 
   // O = W V, W = K / z:  dV = Wᵀ dO,  dW = dO Vᵀ,  dK_ij = (dW_ij − Σ_l dW_il W_il) / z_i,
-  // dS = dK ∘ κ'(S),  dA = alpha dS B + 2 beta_a rowsum(dS) ∘ a,
-  // dB = alpha dSᵀ A + 2 beta_b colsum(dS) ∘ b.
+  // dS = dK ∘ κ'(S),  dA = (alpha dS) B + 2 beta_a rowsum(dS) ∘ a,
+  // dB = (alpha dS)ᵀ A + 2 beta_b colsum(dS) ∘ b.
   // Heads sharing a key/value head (grouped query) are summed in head order on one thread.
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
@@ -145,11 +147,11 @@ struct MaterializedOp {
           dropout.apply(sc.wd, g.row(b, h, 0), g.Tk, 0);
         }
         if (dv)
-          Eigen::Map<Mat<T>>(dv + g.v_off(b, hk, 0), g.Tk, g.Dv).noalias() +=
-              (dropout.active() ? sc.wd : sc.w).transpose() * dO;
+          gemm_serial((dropout.active() ? sc.wd : sc.w).data(), true, dO.data(), false,
+                      dv + g.v_off(b, hk, 0), g.Tk, g.Dv, g.Tq, true);
         if (!da && !db) continue;
         sc.dw.resize(g.Tq, g.Tk);
-        sc.dw.noalias() = dO * V.transpose();
+        gemm_serial(dO.data(), false, V.data(), true, sc.dw.data(), g.Tq, g.Tk, g.Dv);
         if (dropout.active()) dropout.apply(sc.dw, g.row(b, h, 0), g.Tk, 0);
         for (index_t i = 0; i < g.Tq; ++i) {
           if (sc.z(i) == T{0}) {
@@ -164,22 +166,23 @@ struct MaterializedOp {
                               : T{0};
           }
         }
-        // sc.dw now holds dS.
+        // sc.dw now holds dS; its row and column sums, then alpha dS.
         Eigen::Map<const Mat<T>> A(av + g.q_off(b, h, 0), g.Tq, g.Dh);
         Eigen::Map<const Mat<T>> Bm(bv + g.k_off(b, hk, 0), g.Tk, g.Dh);
+        if (da && form.beta_a != 0)
+          sc.rows = static_cast<T>(2 * form.beta_a) * sc.dw.rowwise().sum();
+        if (db && form.beta_b != 0)
+          sc.cols = static_cast<T>(2 * form.beta_b) * sc.dw.colwise().sum().transpose();
+        if (form.alpha != 1) sc.dw *= static_cast<T>(form.alpha);
         if (da) {
-          Eigen::Map<Mat<T>> dA(da + g.q_off(b, h, 0), g.Tq, g.Dh);
-          dA.noalias() += static_cast<T>(form.alpha) * (sc.dw * Bm);
-          if (form.beta_a != 0)
-            dA += (static_cast<T>(2 * form.beta_a) * sc.dw.rowwise().sum()).asDiagonal() * A;
+          T* dA = da + g.q_off(b, h, 0);
+          gemm_serial(sc.dw.data(), false, Bm.data(), false, dA, g.Tq, g.Dh, g.Tk, true);
+          if (form.beta_a != 0) Eigen::Map<Mat<T>>(dA, g.Tq, g.Dh) += sc.rows.asDiagonal() * A;
         }
         if (db) {
-          Eigen::Map<Mat<T>> dB(db + g.k_off(b, hk, 0), g.Tk, g.Dh);
-          dB.noalias() += static_cast<T>(form.alpha) * (sc.dw.transpose() * A);
-          if (form.beta_b != 0)
-            dB +=
-                (static_cast<T>(2 * form.beta_b) * sc.dw.colwise().sum().transpose()).asDiagonal() *
-                Bm;
+          T* dB = db + g.k_off(b, hk, 0);
+          gemm_serial(sc.dw.data(), true, A.data(), false, dB, g.Tk, g.Dh, g.Tq, true);
+          if (form.beta_b != 0) Eigen::Map<Mat<T>>(dB, g.Tk, g.Dh) += sc.cols.asDiagonal() * Bm;
         }
       }
     });
@@ -217,8 +220,8 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
           sc.wd = sc.w;
           dropout.apply(sc.wd, g.row(b, h, 0), g.Tk, 0);
         }
-        Eigen::Map<detail::Mat<T>>(ov + g.o_off(b, h, 0), g.Tq, g.Dv).noalias() =
-            (dropout.active() ? sc.wd : sc.w) * V;
+        gemm_serial((dropout.active() ? sc.wd : sc.w).data(), false, V.data(), false,
+                    ov + g.o_off(b, h, 0), g.Tq, g.Dv, g.Tk);
         if (weights)
           Eigen::Map<detail::Mat<T>>(weights->data() + (b * g.H + h) * g.Tq * g.Tk, g.Tq, g.Tk) =
               sc.w;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../autodiff/autodiff.hpp"
@@ -631,6 +632,25 @@ inline bool single_pass_backward(const AttentionBackward& plan, const AttentionG
   return g.B * g.Hk >= attn_single_pass_min_tasks;
 }
 
+// What the fused kernels use of a score is alpha(Dh), beta_k and the position bias (beta_q
+// cancels under softmax). The scores of the dot family (beta_k = 0, no bias: Dot, ScaledDot and
+// the module scores run as one of them) are handed to the kernels as this one type with alpha
+// a run-time value, so they share one compiled kernel instead of one each.
+struct DotForm {
+  static constexpr const char* name = "dot_form";
+  static constexpr double beta_q = 0, beta_k = 0;
+  double a = 1;
+  double alpha(index_t) const { return a; }
+  template <class T>
+  double operator()(const T* q, const T* k, index_t d) const {
+    return a * score::detail::dot(q, k, d);
+  }
+};
+
+template <ScorePolicy Score>
+inline constexpr bool runs_as_dot_form =
+    Score::beta_k == 0 && !HasPositionBias<Score> && !std::is_same_v<Score, DotForm>;
+
 }  // namespace detail
 
 // Softmax attention o_i = Σ_j softmax_j(s(q_i, k_j) | mask) v_j by the online-softmax algorithm.
@@ -643,33 +663,38 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
                                 const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
                                 const AttentionDropout& dropout = {},
                                 const AttentionBackward& plan = {}, index_t key_length = 0) {
-  Tape<T>& tape = q.tape();
-  const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention", key_length);
-  mask.validate(g.B, g.Tq, g.Tk);
-  auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
-                             q.requires_grad() || k.requires_grad() || v.requires_grad());
-  const bool keep = node.requires_grad && detail::save_weights_for_backward(plan, g);
-  node.saved.resize(keep ? 3 : 2);
-  node.saved[0].resize(Shape{g.B * g.H * g.Tq});
-  if (keep) node.saved[2].resize(Shape{g.B * g.H * g.Tq * g.Tk});
-  detail::online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
-                                 v.value().data(), node.value->data(), node.saved[0].data(),
-                                 keep ? node.saved[2].data() : nullptr);
-  if (weights) {
-    weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
-    if (keep)
-      std::copy_n(node.saved[2].data(), weights->numel(), weights->data());
-    else
-      detail::online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
-                                     node.saved[0].data(), weights->data());
+  if constexpr (detail::runs_as_dot_form<Score>) {
+    return online_softmax_attention(q, k, v, detail::DotForm{score.alpha(q.shape().last())}, mask,
+                                    weights, dropout, plan, key_length);
+  } else {
+    Tape<T>& tape = q.tape();
+    const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention", key_length);
+    mask.validate(g.B, g.Tq, g.Tk);
+    auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
+                               q.requires_grad() || k.requires_grad() || v.requires_grad());
+    const bool keep = node.requires_grad && detail::save_weights_for_backward(plan, g);
+    node.saved.resize(keep ? 3 : 2);
+    node.saved[0].resize(Shape{g.B * g.H * g.Tq});
+    if (keep) node.saved[2].resize(Shape{g.B * g.H * g.Tq * g.Tk});
+    detail::online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
+                                   v.value().data(), node.value->data(), node.saved[0].data(),
+                                   keep ? node.saved[2].data() : nullptr);
+    if (weights) {
+      weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
+      if (keep)
+        std::copy_n(node.saved[2].data(), weights->numel(), weights->data());
+      else
+        detail::online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
+                                       node.saved[0].data(), weights->data());
+    }
+    if (node.requires_grad) {
+      const Mask* stored = node.template keep_value<Mask>(mask);
+      tape.set_backward(node, detail::OnlineSoftmaxOp<Score, Mask>{
+                                  q.index(), k.index(), v.index(), g, score, dropout, stored, keep,
+                                  detail::single_pass_backward(plan, g)});
+    }
+    return o;
   }
-  if (node.requires_grad) {
-    const Mask* stored = node.template keep_value<Mask>(mask);
-    tape.set_backward(node, detail::OnlineSoftmaxOp<Score, Mask>{
-                                q.index(), k.index(), v.index(), g, score, dropout, stored, keep,
-                                detail::single_pass_backward(plan, g)});
-  }
-  return o;
 }
 
 }  // namespace attn

@@ -10,25 +10,14 @@
 #include <numbers>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "any_attention.hpp"
 #include "layers.hpp"
 
 namespace attn::nn {
-
-// What TransformerBlock needs from its attention module (MultiHeadAttention<…> satisfies it):
-// built from a MultiHeadConfig; self-attention x [B, T, D] -> [B, T, D] under a mask; incremental
-// decoding with a key/value cache; a training flag; a parameter visitor.
-template <class A>
-concept AttentionModule = std::constructible_from<A, const MultiHeadConfig&> &&
-    requires(A a, const Var<typename A::value_type>& x, const typename A::mask_type& mask,
-             KVCache<typename A::value_type>& cache) {
-  { a(x, mask) } -> std::same_as<Var<typename A::value_type>>;
-  { a.decode(x, cache, mask) } -> std::same_as<Var<typename A::value_type>>;
-  a.training = true;
-  a.reseed(std::uint64_t{0});
-  a.for_each_parameter([](const std::string&, Parameter<typename A::value_type>&) {});
-};
 
 enum class PositionEncoding { learned, sinusoidal, none };
 enum class InitScheme {
@@ -97,16 +86,22 @@ struct TransformerBlock {
   Dropout attn_drop, mlp_drop;  // on the residual branches
   bool pre_ln = true;
 
-  TransformerBlock(const MultiHeadConfig& mc, bool pre_ln_, double proj_std, Rng& rng)
+  TransformerBlock(const MultiHeadConfig& mc, bool pre_ln_, double proj_std,
+                   Rng& rng) requires std::constructible_from<Attn, const MultiHeadConfig&>
+      : TransformerBlock(Attn(mc), mc, pre_ln_, proj_std, rng) {}
+
+  // With an attention module built by the caller (from the same `mc`).
+  TransformerBlock(Attn attention, const MultiHeadConfig& mc, bool pre_ln_, double proj_std,
+                   Rng& rng)
       : ln1(mc.d_model),
         ln2(mc.d_model),
-        attn(mc),
+        attn(std::move(attention)),
         mlp(mc.d_model, 4 * mc.d_model, mc.bias, mc.init_std, proj_std, rng),
         attn_drop(mc.dropout, rng.split()),
         mlp_drop(mc.dropout, rng.split()),
         pre_ln(pre_ln_) {
     // GPT-2 scales the projections that write into the residual stream by 1/√(2·layers).
-    scale(attn.out_proj.weight.value, proj_std / mc.init_std);
+    scale(output_projection(attn).weight.value, proj_std / mc.init_std);
   }
 
   void set_training(bool on) {
@@ -164,7 +159,15 @@ class GPT {
   using Mask = typename Attn::mask_type;
   using Block = TransformerBlock<Attn>;
 
-  explicit GPT(const GPTConfig& c) : config_(c) {
+  explicit GPT(const GPTConfig& c) requires std::constructible_from<Attn, const MultiHeadConfig&>
+      : GPT(c, [](const MultiHeadConfig& mc) { return Attn(mc); }) {}
+
+  // With the attention module of each block built by make(mc): AnyAttention<T, Mask>::make<A>
+  // chooses the variant at run time.
+  template <std::invocable<const MultiHeadConfig&> Make>
+  requires std::convertible_to<std::invoke_result_t<Make&, const MultiHeadConfig&>, Attn> GPT(
+      const GPTConfig& c, Make&& make)
+      : config_(c) {
     ATTN_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.layers > 0 && c.d_model > 0, value_error,
                "nn::GPT: vocab_size (", c.vocab_size, "), block_size (", c.block_size,
                "), layers (", c.layers, ") and d_model (", c.d_model, ") must be positive");
@@ -183,7 +186,7 @@ class GPT {
       MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,
                          c.bias,    c.init_std, rng.split()};
       mc.max_length = c.block_size;
-      blocks.emplace_back(mc, c.pre_ln, proj_std, rng);
+      blocks.emplace_back(make(mc), mc, c.pre_ln, proj_std, rng);
     }
     ln_f = LayerNorm<T>(c.d_model);
     if (!c.tie_weights) head = Linear<T>(c.d_model, c.vocab_size, false, c.init_std, rng);

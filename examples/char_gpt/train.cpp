@@ -1,0 +1,516 @@
+// examples/char_gpt/train.cpp: char_gpt's training and sampling, once its command line (main.cpp)
+// is read: everything checked before the first step, the training loop with its log, plot and
+// checkpoints, the sample. Every --attention variant is one model type, nn::GPT<AnyCausal>: this
+// file compiles the model, the loop and the checkpoint code once, the attention modules once each.
+#include <attn/attn.hpp>
+#include <attn/data/data.hpp>
+#include <attn/io/checkpoint.hpp>
+#include <attn/io/io.hpp>
+#include <attn/optim/optim.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../common/attention_variants.hpp"
+#include "../common/char_checkpoint.hpp"
+#include "../common/distributed.hpp"
+#include "../common/plot.hpp"
+#include "../common/training.hpp"
+#include "char_gpt.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using attn::index_t;
+using attn::Tensor;
+namespace nn = attn::nn;
+namespace io = attn::io;
+namespace optim = attn::optim;
+
+using examples::exact;
+using examples::format_duration;
+using examples::open_checkpoint;
+using examples::read_text;
+using examples::seconds_since;
+using examples::step_seed;
+
+// ---- options ---------------------------------------------------------------------------------
+
+using char_gpt::SampleOptions;
+using char_gpt::TrainOptions;
+
+const std::map<std::string, nn::PositionEncoding> position_names{
+    {"learned", nn::PositionEncoding::learned},
+    {"sinusoidal", nn::PositionEncoding::sinusoidal},
+    {"none", nn::PositionEncoding::none}};
+
+std::string position_name(nn::PositionEncoding p) {
+  for (const auto& [name, value] : position_names)
+    if (value == p) return name;
+  return "?";
+}
+
+const std::vector<std::string> log_columns{"step",      "train_loss",   "val_loss", "lr",
+                                           "grad_norm", "tokens_per_s", "elapsed_s"};
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+// The settings that define a run's trajectory, saved with every checkpoint so that --resume
+// continues the same run (only --stop-at, --threads and the sampling options may change).
+void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_done, double elapsed,
+             std::uint32_t data_crc) {
+  auto& m = file.metadata;
+  m["train.step"] = std::to_string(steps_done);
+  m["train.elapsed_s"] = exact(elapsed);
+  m["train.data"] = o.data;
+  m["train.data_crc32"] = std::to_string(data_crc);
+  m["train.steps"] = std::to_string(o.steps);
+  m["train.warmup"] = std::to_string(o.warmup);
+  m["train.batch"] = std::to_string(o.batch);
+  m["train.shards"] = std::to_string(o.shards);
+  m["train.seed"] = std::to_string(o.seed);
+  m["train.eval_every"] = std::to_string(o.eval_every);
+  m["train.eval_batches"] = std::to_string(o.eval_batches);
+  m["train.lr"] = exact(o.lr);
+  m["train.min_lr"] = exact(o.min_lr);
+  m["train.weight_decay"] = exact(o.weight_decay);
+  m["train.beta2"] = exact(o.beta2);
+  m["train.grad_clip"] = exact(o.grad_clip);
+  m["train.train_fraction"] = exact(o.train_fraction);
+  m["train.data_fraction"] = exact(o.data_fraction);
+}
+
+void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string& source) {
+  const auto integer = [&](const char* key) { return io::metadata_int(file, key, source); };
+  const auto real = [&](const char* key) { return io::metadata_double(file, key, source); };
+  o.steps = integer("train.steps");
+  o.warmup = integer("train.warmup");
+  o.batch = integer("train.batch");
+  o.seed = io::metadata_uint(file, "train.seed", source);
+  o.eval_every = integer("train.eval_every");
+  o.eval_batches = integer("train.eval_batches");
+  o.lr = real("train.lr");
+  o.min_lr = real("train.min_lr");
+  o.weight_decay = real("train.weight_decay");
+  o.beta2 = real("train.beta2");
+  o.grad_clip = real("train.grad_clip");
+  o.train_fraction = real("train.train_fraction");
+  o.data_fraction = real("train.data_fraction");
+  o.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
+  // `!(x > 0)` style: a NaN read from a file fails every check.
+  ATTN_CHECK(o.steps > 0 && o.batch > 0 && o.eval_every > 0 && o.eval_batches > 0 &&
+                 o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.grad_clip > 0 &&
+                 o.train_fraction > 0 && o.train_fraction <= 1 && o.data_fraction > 0 &&
+                 o.data_fraction <= 1 && std::isfinite(o.lr) && std::isfinite(o.min_lr) &&
+                 std::isfinite(o.weight_decay) && std::isfinite(o.beta2) &&
+                 std::isfinite(o.grad_clip) && o.shards >= 1 && o.shards <= o.batch,
+             attn::io_error, source, ": the saved training settings are out of range");
+}
+
+// The options --resume compares with the checkpoint: the run's, and the model's (which
+// --init-from compares too, but for --dropout).
+std::vector<examples::Setting> run_settings(const TrainOptions& o) {
+  using examples::shortest;
+  return {{"--steps", std::to_string(o.steps)},
+          {"--warmup", std::to_string(o.warmup)},
+          {"--batch", std::to_string(o.batch)},
+          {"--seed", std::to_string(o.seed)},
+          {"--eval-every", std::to_string(o.eval_every)},
+          {"--eval-batches", std::to_string(o.eval_batches)},
+          {"--lr", shortest(o.lr)},
+          {"--min-lr", shortest(o.min_lr)},
+          {"--weight-decay", shortest(o.weight_decay)},
+          {"--beta2", shortest(o.beta2)},
+          {"--grad-clip", shortest(o.grad_clip)},
+          {"--data-fraction", shortest(o.data_fraction)}};
+}
+
+std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
+                                              index_t block, const std::string& positions) {
+  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
+  s.push_back({"--positions", positions});
+  return s;
+}
+
+template <class Model, class Optimizer>
+void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
+                     const attn::data::CharTokenizer& tok, const TrainOptions& o,
+                     std::int64_t steps_done, double elapsed, std::uint32_t data_crc) {
+  io::Safetensors file;
+  io::put_parameters(file, model);
+  if (opt != nullptr) io::put_optimizer_state(file, *opt);
+  io::put_gpt_config(file, model.config());
+  file.metadata["format"] = "attn.char_gpt.v1";
+  file.metadata["attention"] = o.attention;
+  file.metadata["vocab"] = tok.vocabulary();
+  put_run(file, o, steps_done, elapsed, data_crc);
+  io::save_safetensors(path, file);
+}
+
+// The prompt as token ids, checked before any work: not empty, every character in the vocabulary.
+std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
+                                        const std::string& prompt) {
+  ATTN_CHECK(!prompt.empty(), attn::value_error,
+             "--prompt is empty: sampling continues a text of at least one character");
+  return examples::about("--prompt", [&] { return tok.encode(prompt); });
+}
+
+// ---- training --------------------------------------------------------------------------------
+
+// One model type for every --attention variant (the variant is chosen when the model is built):
+// the training and sampling code below is compiled once.
+using Model = nn::GPT<examples::AnyCausal>;
+
+int train(TrainOptions options, const std::set<std::string>& given, examples::DataParallel& dp) {
+  if (options.eval_every > options.steps) options.eval_every = options.steps;
+  // Continuing a checkpoint: its attention variant unless --attention says otherwise (then the
+  // mismatch is refused below).
+  const std::string from = !options.resume.empty() ? options.resume : options.init_from;
+  if (!from.empty() && given.count("--attention") == 0)
+    options.attention = io::metadata_string(open_checkpoint(from), "attention", from);
+  TrainOptions o = options;
+  examples::ProgressLine progress;
+  const examples::StopRequest stop;
+  attn::set_num_threads(o.threads);
+
+  // ---- where the run comes from, and where it goes: everything checked before the first step
+  io::Safetensors resumed;
+  const bool resuming = !o.resume.empty();
+  fs::path out(o.out);
+  if (resuming) {
+    // A resumed run continues in its own directory.
+    const fs::path dir =
+        fs::path(o.resume).parent_path().empty() ? fs::path(".") : fs::path(o.resume).parent_path();
+    ATTN_CHECK(given.count("--out") == 0 || examples::same_path(o.out, dir), attn::value_error,
+               "--out ", o.out, " conflicts with --resume ", o.resume,
+               ": a resumed run continues in the directory of its checkpoint, ", dir.string());
+    out = dir;
+    resumed = open_checkpoint(o.resume);
+    // The text defaults to the run's own (its content is checked below).
+    if (given.count("--data") == 0 && resumed.metadata.count("train.data"))
+      o.data = resumed.metadata.at("train.data");
+    restore_run(resumed, o, o.resume);
+    examples::check_resume_conflicts(given, run_settings(options), run_settings(o), o.resume,
+                                     "--stop-at, --threads, --shards and the sampling options "
+                                     "may change");
+    if (options.shards > 0) o.shards = options.shards;  // another split from here on
+  }
+  o.shards = dp.shards(o.shards, o.batch);
+  if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
+  const std::string& source = resuming ? o.resume : o.init_from;
+  const bool from_checkpoint = resuming || !o.init_from.empty();
+  std::int64_t start = 0;
+  double elapsed_before = 0;
+  if (from_checkpoint) {
+    const nn::GPTConfig saved = io::get_gpt_config(resumed, source);
+    examples::check_resume_conflicts(
+        given, model_settings(o.layers, o.heads, o.embd, o.block, o.positions),
+        model_settings(saved.layers, saved.heads, saved.d_model, saved.block_size,
+                       position_name(saved.positions)),
+        source, "the model comes from the checkpoint");
+    ATTN_CHECK(!resuming || given.count("--dropout") == 0 || o.dropout == saved.dropout,
+               attn::value_error, "--dropout ", examples::shortest(o.dropout),
+               " conflicts with the run in ", source, ", which has --dropout ",
+               examples::shortest(saved.dropout), ": a resumed run keeps its settings");
+    ATTN_CHECK(o.vocab_from.empty(), attn::value_error, "--vocab-from conflicts with ",
+               resuming ? "--resume" : "--init-from", " ", source,
+               ": the vocabulary is the checkpoint's");
+  }
+  if (resuming) {
+    start = io::metadata_int(resumed, "train.step", o.resume);
+    ATTN_CHECK(start >= 0 && start <= o.steps, attn::io_error, o.resume,
+               ": metadata train.step = ", start, " is outside [0, ", o.steps, "]");
+    if (resumed.metadata.count("train.elapsed_s"))
+      elapsed_before = io::metadata_double(resumed, "train.elapsed_s", o.resume);
+    if (start == o.steps) {
+      if (dp.leader())
+        std::printf(
+            "char_gpt: %s is a finished run (step %lld of %lld): nothing to do, nothing changed; "
+            "`char_gpt sample %s` samples from it\n",
+            o.resume.c_str(), (long long)start, (long long)o.steps, o.resume.c_str());
+      return 0;
+    }
+    ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
+               " is not after step ", start, ", where ", o.resume, " stopped");
+  }
+  const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
+                 svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
+  ATTN_CHECK(o.init_from.empty() || !examples::same_path(o.init_from, checkpoint),
+             attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
+             checkpoint.string(), "): choose another --out");
+  if (dp.leader()) {  // the other ranks write no files (their --out may not even exist)
+    examples::check_writable_directory(out, "--out");
+    if (!resuming)
+      examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
+                                  "continue that run with --resume " + checkpoint.string());
+    examples::remove_stale_saves(checkpoint);
+  }
+
+  // The corpus and its vocabulary (from the checkpoint when continuing one).
+  const std::string text = examples::read_corpus(o.data);
+  const std::uint32_t data_crc =
+      io::detail::crc32(std::as_bytes(std::span<const char>(text.data(), text.size())));
+  if (resuming && resumed.metadata.count("train.data_crc32"))
+    ATTN_CHECK(std::to_string(data_crc) == resumed.metadata.at("train.data_crc32"),
+               attn::value_error, "--data ", o.data, " is not the text the run in ", o.resume,
+               " was trained on (its CRC-32 differs): resume with the same --data");
+  attn::data::CharTokenizer tok;
+  if (from_checkpoint) {
+    tok = examples::about(source, [&] {
+      return attn::data::CharTokenizer::from_vocabulary(
+          io::metadata_string(resumed, "vocab", source));
+    });
+  } else {
+    std::string all = text;
+    for (const std::string& extra : o.vocab_from) all += examples::read_corpus(extra);
+    tok = attn::data::CharTokenizer::from_corpus(all);
+  }
+  // Training split: the first train_fraction of the text, of which only the first data_fraction
+  // is used (the data-size study); validation: always the rest of the text.
+  std::vector<std::int32_t> tokens = examples::about(
+      o.data + " (with the vocabulary of " + (from_checkpoint ? source : o.data) + ")",
+      [&] { return tok.encode(text); });
+  const auto n_train = std::size_t(double(tokens.size()) * o.train_fraction);
+  const auto keep = std::size_t(double(n_train) * o.data_fraction);
+  tokens.erase(tokens.begin() + std::ptrdiff_t(keep), tokens.begin() + std::ptrdiff_t(n_train));
+  const auto batches = attn::data::TextBatches::split_at(std::move(tokens), index_t(keep));
+
+  nn::GPTConfig config;
+  if (from_checkpoint) {
+    config = io::get_gpt_config(resumed, source);
+    if (io::metadata_string(resumed, "attention", source) != o.attention)
+      throw attn::value_error("char_gpt: " + source + " was trained with --attention " +
+                              io::metadata_string(resumed, "attention", source) + ", not " +
+                              o.attention);
+    ATTN_CHECK(config.vocab_size == tok.size(), attn::io_error, source, ": config.vocab_size ",
+               config.vocab_size, " differs from its vocabulary's ", tok.size(), " characters");
+    if (!resuming) config.dropout = o.dropout;  // a new run from old weights picks its own
+  } else {
+    ATTN_CHECK(o.embd % o.heads == 0, attn::value_error, "--heads ", o.heads,
+               " does not divide --embd ", o.embd);
+    config =
+        examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
+    config.positions = position_names.at(o.positions);
+  }
+  const index_t block = config.block_size;
+  for (const auto split : {attn::data::Split::train, attn::data::Split::validation})
+    ATTN_CHECK(batches.size(split) > block, attn::value_error, "char_gpt: the ",
+               split == attn::data::Split::train ? "training" : "validation", " split of ", o.data,
+               " has ", batches.size(split), " characters, fewer than the block (", block,
+               ") + 1: use a longer text or a smaller --block");
+  std::vector<std::int32_t> prompt;
+  if (o.sample_tokens > 0) prompt = encode_prompt(tok, o.prompt);
+
+  const std::string smaller = "use a smaller --batch, --block or model";
+  examples::check_memory(examples::parameters_estimate(config), "char_gpt", smaller);
+  Model model(config, examples::attention_factory(o.attention));
+  const std::string memory =
+      examples::check_memory(examples::training_memory(model, block, o.batch), "char_gpt", smaller);
+  auto params = optim::parameters_of<float>(model);
+  optim::AdamConfig ac;
+  ac.lr = o.lr;
+  ac.beta2 = o.beta2;
+  ac.weight_decay = o.weight_decay;
+  optim::AdamW<float> opt(params, ac);
+  if (from_checkpoint) io::get_parameters(resumed, model, source);
+  dp.broadcast_parameters(model);
+  if (resuming) io::get_optimizer_state(resumed, opt, source);
+  const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
+
+  // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
+  // logged again) and continued; its rows start the curves, so the plot shows the whole run.
+  // Rank 0 alone touches the run's files.
+  std::vector<double> curve_step, curve_train, curve_val;
+  std::optional<io::CsvLog> log;
+  if (dp.leader()) {
+    if (resuming)
+      for (const std::vector<double>& row : examples::truncate_log(log_path, log_columns, start)) {
+        curve_step.push_back(row[0]);
+        curve_train.push_back(row[1]);
+        curve_val.push_back(row[2]);
+      }
+    // Everything is checked: only now does an --overwrite replace the earlier run's files.
+    fs::create_directories(out);
+    if (!resuming)
+      for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
+    log.emplace(log_path, log_columns, resuming);
+  }
+
+  const index_t n_params = nn::parameter_count(model);
+  index_t n_attn = 0;
+  model.for_each_parameter([&](const std::string& name, attn::Parameter<float>& p) {
+    if (name.find(".attn.") != std::string::npos) n_attn += p.value.numel();
+  });
+  if (dp.leader())
+    std::printf(
+        "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
+        "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
+        "          memory: %s\n",
+        o.attention.c_str(), (long long)config.layers, (long long)config.heads,
+        (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
+        (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
+        memory.c_str());
+  if (dp.leader() && dp.ranks() > 1)
+    std::printf("          data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
+                (long long)o.shards);
+  if (dp.leader() && start > 0)
+    std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
+  std::fflush(stdout);
+
+  attn::Tape<float> tape;
+  Tensor<std::int32_t> x, y;
+  const auto evaluate = [&](std::int64_t step) {
+    model.set_training(false);
+    attn::NoGrad<float> no_grad(tape);
+    attn::Rng rng(step_seed(o.seed, 2, step));
+    double total = 0;
+    for (std::int64_t i = 0; i < o.eval_batches; ++i) {
+      tape.clear();
+      batches.sample(attn::data::Split::validation, o.batch, block, rng, x, y);
+      total += model.loss(tape, x, y).item();
+    }
+    model.set_training(true);
+    return total / double(o.eval_batches);
+  };
+
+  double window_loss = 0, grad_norm = 0, val = std::nan("");
+  std::int64_t window = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t_window = t0;
+  double tokens_per_s = 0;
+  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  std::int64_t done_to = start;  // steps done (and saved) when the loop ends
+  // Under mpirun the ranks agree on stopping (any rank's Ctrl-C stops all after the same step).
+  bool stopping = dp.any(stop.requested());
+  for (std::int64_t step = start; step < end && !stopping; ++step) {
+    attn::Rng rng(step_seed(o.seed, 1, step));
+    batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
+    const examples::StepResult r = dp.step(model, tape, opt, params, x, y, -100, schedule(step),
+                                           o.grad_clip, rng.split(), 0, o.shards);
+    const double loss = r.loss;
+    grad_norm = r.grad_norm;
+    window_loss += loss;
+    ++window;
+    done_to = step + 1;
+
+    // Ctrl-C: this step is done; it is evaluated, saved and logged like the last one.
+    stopping = dp.any(stop.requested());
+    const bool last = step + 1 == end || stopping;
+    const bool eval = (step + 1) % o.eval_every == 0 || last;
+    const double elapsed = seconds_since(t0);
+    const double done = double(step + 1 - start), left = double(end - step - 1);
+    tokens_per_s = done * double(o.batch * block) / elapsed;
+    if (eval) {
+      val = evaluate(step);
+      const double train_loss = window_loss / double(window);
+      const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
+      // The checkpoint first, then its log row: a crash between the two loses a row that the
+      // resumed run writes again, never leaves a row for a step no checkpoint holds.
+      dp.check_replicas(model);
+      if (dp.leader()) {
+        save_checkpoint(checkpoint, model, &opt, tok, o, step + 1, elapsed_before + elapsed,
+                        data_crc);
+        log->row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps,
+                  elapsed_before + elapsed});
+      }
+      curve_step.push_back(double(step + 1));
+      curve_train.push_back(train_loss);
+      curve_val.push_back(val);
+      window_loss = 0, window = 0;
+      t_window = std::chrono::steady_clock::now();
+    }
+    if (dp.leader() && (progress.tty() || eval)) {
+      char text_line[160];
+      std::snprintf(text_line, sizeof text_line,
+                    "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s", (long long)(step + 1),
+                    (long long)o.steps, loss, val, tokens_per_s);
+      progress.show(double(step + 1) / double(o.steps), text_line, left * elapsed / done, eval);
+    }
+  }
+  progress.finish();
+  if (!dp.leader()) return stopping ? stop.exit_status() : 0;
+
+  std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
+              (long long)(done_to - start), seconds_since(t0), tokens_per_s, val,
+              (long long)done_to);
+  if (done_to > start) {
+    plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+                    {{"train", "#1f77b4", curve_step, curve_train},
+                     {"validation", "#d62728", curve_step, curve_val}});
+    const bool have_png = plot::gnuplot_png(log_path, png, "char_gpt: " + o.attention,
+                                            {{2, "train"}, {3, "validation"}});
+    std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
+  }
+  std::printf("checkpoint: %s\n", checkpoint.c_str());
+  if (stopping || done_to < o.steps)
+    std::printf("stopped at step %lld of %lld; continue with `char_gpt --resume %s`\n",
+                (long long)done_to, (long long)o.steps, checkpoint.c_str());
+  if (stopping) return stop.exit_status();
+
+  if (o.sample_tokens > 0) {
+    nn::SampleConfig s;
+    s.max_tokens = o.sample_tokens;
+    s.temperature = o.temperature;
+    s.seed = o.seed;
+    const std::string sample = o.prompt + tok.decode(nn::generate(model, prompt, s));
+    io::write_file_atomically(sample_path, sample);
+    std::printf("sample (%lld characters, temperature %.2f):\n%s\n", (long long)o.sample_tokens,
+                o.temperature, sample.c_str());
+  }
+  return 0;
+}
+
+// ---- sampling from a checkpoint ------------------------------------------------------------
+
+int sample(const SampleOptions& o, const io::Safetensors& file) {
+  attn::set_num_threads(o.threads);
+  Model model(io::get_gpt_config(file, o.checkpoint),
+              examples::attention_factory(io::metadata_string(file, "attention", o.checkpoint)));
+  io::get_parameters(file, model, o.checkpoint);
+  const auto tok =
+      attn::data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.checkpoint));
+  nn::SampleConfig s;
+  s.max_tokens = o.tokens;
+  s.temperature = o.temperature;
+  s.top_k = o.top_k;
+  s.seed = o.seed;
+  s.use_cache = !o.no_cache;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = nn::generate(model, encode_prompt(tok, o.prompt), s);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s%s\n", o.prompt.c_str(), tok.decode(ids).c_str());
+  std::fprintf(stderr, "%zu tokens in %.2f s (%.0f tokens/s, %s)\n", ids.size(), secs,
+               double(ids.size()) / secs, s.use_cache ? "key/value cache" : "no cache");
+  return 0;
+}
+
+}  // namespace
+
+namespace char_gpt {
+
+Job::Job(int& argc, char**& argv) : dp_(std::make_unique<examples::DataParallel>(argc, argv)) {}
+Job::~Job() = default;
+
+int Job::train(const TrainOptions& options, const std::set<std::string>& given) {
+  return ::train(options, given, *dp_);
+}
+
+int Job::sample(const SampleOptions& options) {
+  if (!dp_->leader()) return 0;
+  return ::sample(options, open_checkpoint(options.checkpoint));
+}
+
+int Job::finish(int status) {
+  return dp_->finish(status);
+}
+
+}  // namespace char_gpt
