@@ -49,7 +49,7 @@ units=(
   "include attn.hpp, empty main|-O2|$work/include_only.cpp"
   "README example (MultiHeadAttention + AdamW)|-O2|$work/readme_example.cpp"
   "examples/char_gpt/main.cpp (command line)|-O3|examples/char_gpt/main.cpp"
-  "examples/char_gpt/train.cpp (model, training)|-O3|examples/char_gpt/train.cpp"
+  "examples/char_gpt/train.cpp (the model)|-O3|examples/char_gpt/train.cpp"
   "tests/autodiff/test_gradients.cpp|-O2|tests/autodiff/test_gradients.cpp"
   "tests/attention/test_learned_scores.cpp|-O2|tests/attention/test_learned_scores.cpp"
 )
