@@ -75,6 +75,7 @@ struct Options {
   double dropout = 0.1;
   // Data.
   std::string pretrain_corpus = "data/wiki.txt";
+  std::string vocabulary_corpus;  // the text whose characters are the vocabulary; default: pretrain
   std::string finetune_corpus = "data/birth_places_train.tsv";
   std::string eval_corpus = "data/birth_dev.tsv";
   std::string outputs_path;
@@ -236,6 +237,24 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
   io::save_safetensors(path, file);
 }
 
+// The vocabulary of a new model: the characters of --vocabulary-corpus (default: of the
+// pretraining corpus, as the problem set does) and the masking characters. A subset of the
+// problem set's people trains with the full corpus's vocabulary, so that its questions and
+// answers can be encoded and its model is the full set's, table for table.
+data::CharTokenizer new_vocabulary(const Options& o, const std::string& pretrain_text) {
+  if (o.vocabulary_corpus.empty())
+    return examples::about(o.pretrain_corpus,
+                           [&] { return data::masked_vocabulary(pretrain_text); });
+  const data::CharTokenizer tok = examples::about(o.vocabulary_corpus, [&] {
+    return data::masked_vocabulary(examples::read_corpus(o.vocabulary_corpus));
+  });
+  examples::about(o.pretrain_corpus, [&] {  // every pretraining character must be in it
+    tok.encode(pretrain_text);
+    return 0;
+  });
+  return tok;
+}
+
 // The examples a stage trains on: span corruption of the pretraining documents, or QA pairs.
 // batch(seed, rows, x, y) fills x, y [rows.size(), T <= block] (the all-PAD tail trimmed); the
 // corruption draws come from the step's seed, so a step's batch depends only on (seed, step).
@@ -288,12 +307,15 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     examples::remove_stale_saves(out);
   }
 
+  ATTN_CHECK(source.empty() || o.vocabulary_corpus.empty(), attn::value_error,
+             "birthplace: --vocabulary-corpus is for new models; ", source,
+             " brings its own vocabulary");
   const std::string corpus = examples::read_corpus(o.pretrain_corpus);
-  const data::CharTokenizer tok = examples::about(source.empty() ? o.pretrain_corpus : source, [&] {
-    return source.empty() ? data::masked_vocabulary(corpus)
-                          : data::CharTokenizer::from_vocabulary(
-                                io::metadata_string(source_file, "vocab", source));
-  });
+  const data::CharTokenizer tok =
+      source.empty() ? new_vocabulary(o, corpus) : examples::about(source, [&] {
+        return data::CharTokenizer::from_vocabulary(
+            io::metadata_string(source_file, "vocab", source));
+      });
   std::string variant = o.variant;
   nn::GPTConfig config;
   if (!source.empty()) {
@@ -372,9 +394,9 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     if (start == run.total_steps()) {
       if (dp.leader())
         std::printf(
-          "birthplace: %s is a finished %s run (step %lld of %lld): nothing to do, nothing "
-          "changed\n",
-          source.c_str(), stage_name(stage), (long long)start, (long long)start);
+            "birthplace: %s is a finished %s run (step %lld of %lld): nothing to do, nothing "
+            "changed\n",
+            source.c_str(), stage_name(stage), (long long)start, (long long)start);
       return 0;
     }
     ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
@@ -629,10 +651,18 @@ void add_model_options(CLI::App* cmd, Options& o, std::string& choices) {
       ->check(examples::number_in(0, 0.95));
 }
 
+void add_vocabulary_option(CLI::App* cmd, Options& o) {
+  cmd->add_option("--vocabulary-corpus", o.vocabulary_corpus,
+                  "text whose characters are a new model's vocabulary (default: the pretraining "
+                  "corpus; a subset of the people takes the full wiki.txt)")
+      ->check(CLI::ExistingFile);
+}
+
 void add_run_options(CLI::App* cmd, Options& o) {
   cmd->add_option("--pretrain-corpus", o.pretrain_corpus,
                   "pretraining text, one document per line (defines the vocabulary)")
       ->check(CLI::ExistingFile);
+  add_vocabulary_option(cmd, o);
   cmd->add_option("--writing-params", o.writing_params,
                   "checkpoint to write (its log goes to <file>.log.csv, its plot to "
                   "<file>.loss.svg); refused where a run's files exist, unless --overwrite");
@@ -732,6 +762,7 @@ int main(int argc, char** argv) {
   CLI::App* london = app.add_subcommand("london", "accuracy of answering \"London\" every time");
   london->add_option("--pretrain-corpus", o.pretrain_corpus, "text that defines the vocabulary")
       ->check(CLI::ExistingFile);
+  add_vocabulary_option(london, o);
   for (CLI::App* cmd : {evaluate_cmd, london}) {
     cmd->add_option("--eval-corpus", o.eval_corpus, "TSV: question<TAB>place")
         ->check(CLI::ExistingFile);
@@ -766,9 +797,7 @@ int main(int argc, char** argv) {
                  "birthplace: ", o.reading_params, " holds a ", variant, " model, not ", o.variant);
       return with_variant(variant, [&]<class Attn>() { return evaluate<Attn>(o, file); });
     }
-    const data::CharTokenizer tok = examples::about(o.pretrain_corpus, [&] {
-      return data::masked_vocabulary(examples::read_corpus(o.pretrain_corpus));
-    });
+    const data::CharTokenizer tok = new_vocabulary(o, examples::read_corpus(o.pretrain_corpus));
     const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), 1 << 20, o.eval_corpus);
     std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
     report(data::evaluate_constant(qa, "London"), qa, o);

@@ -10,12 +10,15 @@
 #include <attn/data/data.hpp>
 #include <attn/io/io.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,6 +27,7 @@
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
 #include "../common/cli.hpp"
+#include "../common/format.hpp"
 #include "../common/plot.hpp"
 #include "../common/run_files.hpp"
 
@@ -130,26 +134,50 @@ std::vector<approx::Approximation> plan(const EvalOptions& o, index_t dh, index_
   return p;
 }
 
+// A model loaded from a char_gpt checkpoint with the validation windows it is evaluated on.
+template <class Attn>
+struct Evaluation {
+  nn::GPT<Attn> model;
+  std::string attention, label;
+  Windows windows;
+  index_t dh = 0;
+
+  Evaluation(const EvalOptions& o, const io::Safetensors& file)
+      : model(io::get_gpt_config(file, o.checkpoint)),
+        attention(io::metadata_string(file, "attention", o.checkpoint)),
+        label(o.label.empty() ? attention : o.label),
+        dh(model.config().d_model / model.config().heads) {
+    attn::set_num_threads(o.threads);
+    io::get_parameters(file, model, o.checkpoint);
+    model.set_training(false);
+    const auto tok = attn::data::CharTokenizer::from_vocabulary(
+        io::metadata_string(file, "vocab", o.checkpoint));
+    // The validation split exactly as char_gpt cut it: everything after train_fraction.
+    std::vector<std::int32_t> tokens = tok.encode(examples::read_text(o.data));
+    const double fraction = io::metadata_double(file, "train.train_fraction", o.checkpoint);
+    const auto n_train = std::size_t(double(tokens.size()) * fraction);
+    const std::vector<std::int32_t> val(tokens.begin() + std::ptrdiff_t(n_train), tokens.end());
+    windows = make_windows(val, model.config().block_size, o.windows, o.batch);
+  }
+
+  void describe(const EvalOptions& o) const {
+    std::printf(
+        "value_aware: %s (%s attention), %lld layers, %lld heads of %lld, block %lld; "
+        "%zu windows, %lld scored characters, %d threads\n",
+        label.c_str(), attention.c_str(), (long long)model.config().layers,
+        (long long)model.config().heads, (long long)dh, (long long)model.config().block_size,
+        windows.x.size() * std::size_t(o.batch), (long long)windows.scored, o.threads);
+  }
+};
+
 template <class Attn>
 int evaluate(const EvalOptions& o, const io::Safetensors& file) {
-  attn::set_num_threads(o.threads);
-  nn::GPT<Attn> model(io::get_gpt_config(file, o.checkpoint));
-  io::get_parameters(file, model, o.checkpoint);
-  model.set_training(false);
-  const std::string attention = io::metadata_string(file, "attention", o.checkpoint);
-  const std::string label = o.label.empty() ? attention : o.label;
-  const auto tok =
-      attn::data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.checkpoint));
-  // The validation split exactly as char_gpt cut it: everything after train_fraction.
-  std::vector<std::int32_t> tokens = tok.encode(examples::read_text(o.data));
-  const double fraction = io::metadata_double(file, "train.train_fraction", o.checkpoint);
-  const auto n_train = std::size_t(double(tokens.size()) * fraction);
-  const std::vector<std::int32_t> val(tokens.begin() + std::ptrdiff_t(n_train), tokens.end());
-  const index_t block = model.config().block_size;
-  const Windows windows = make_windows(val, block, o.windows, o.batch);
-
+  Evaluation<Attn> ev(o, file);
+  auto& model = ev.model;
+  const index_t dh = ev.dh, block = model.config().block_size;
+  const std::string& label = ev.label;
+  const Windows& windows = ev.windows;
   constexpr bool has_probe = approx::approximable<Attn>;
-  index_t dh = model.config().d_model / model.config().heads;
   bool softmax = false;
   if constexpr (has_probe)
     softmax = std::is_same_v<typename std::remove_cvref_t<decltype(model.blocks[0].attn.kernel)>,
@@ -157,12 +185,7 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
   EvalOptions opts = o;
   if (!has_probe) opts.exact_only = true;
   const auto methods = plan(opts, dh, block, softmax);
-  std::printf(
-      "value_aware: %s (%s attention), %lld layers, %lld heads of %lld, block %lld; "
-      "%zu windows, %lld scored characters, %d threads\n",
-      label.c_str(), attention.c_str(), (long long)model.config().layers,
-      (long long)model.config().heads, (long long)dh, (long long)block,
-      windows.x.size() * std::size_t(o.batch), (long long)windows.scored, o.threads);
+  ev.describe(o);
   std::printf("%-22s %8s %9s %11s %10s %8s\n", "method", "keys", "loss", "perplexity", "rel.error",
               "seconds");
 
@@ -192,6 +215,153 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
     for (auto& b : model.blocks) approx::approximate(b.attn, approx::Approximation{});
   std::printf("wrote %s\n", out.c_str());
   return 0;
+}
+
+// ---- weights: how concentrated a model's attention weights are --------------------------
+
+// Per layer, over every head and scored query (positions T/2 … T − 1 of each window): the largest
+// weight, the weight outside the 8 and the d_h + 1 largest (what OVO-8 and OVO-(d_h+1) drop),
+// the effective number of keys exp(entropy), the norms of q and k, and the weight outside the
+// d_h + 1 largest had q and k been `scale` times longer (the same trained q and k put through
+// the kernel at another scale: exp(c² s) for softmax, φ(c·) for elu+1; degree 2 is invariant).
+constexpr double kScales[] = {0.5, 1, 2, 4};
+
+struct Concentration {
+  double rows = 0, top1 = 0, tail8 = 0, tail = 0, effective = 0, q_norm = 0, k_norm = 0;
+  double tail_at[std::size(kScales)] = {};
+  double check = 0;  // the largest |recomputed − reported| weight at scale 1
+};
+
+// Weight outside the r largest of w (a copy is partially sorted).
+double tail_mass(std::vector<double> w, index_t r) {
+  if (index_t(w.size()) <= r) return 0;
+  std::nth_element(w.begin(), w.begin() + r, w.end(), std::greater<>());
+  double outside = 0;
+  for (auto it = w.begin() + r; it != w.end(); ++it) outside += *it;
+  return outside;
+}
+
+template <class Kernel>
+std::vector<double> weights_at_scale(const attn::AttentionStep<float>& s, index_t b, index_t h,
+                                     index_t i, double c) {
+  constexpr bool softmax = std::is_same_v<Kernel, attn::kernel::Softmax>;
+  const index_t dh = s.q.dim(3), kh = h / (s.q.dim(1) / s.k.dim(1));
+  const double feature_in = c * std::pow(double(dh), -0.25);  // ScaledDot's feature input scale
+  std::vector<double> w(std::size_t(i + 1));
+  for (index_t j = 0; j <= i; ++j) {
+    double v = 0;
+    if constexpr (std::is_same_v<Kernel, attn::kernel::EluPlusOne>) {
+      for (index_t d = 0; d < dh; ++d) {
+        const double x = feature_in * s.q(b, h, i, d), y = feature_in * s.k(b, kh, j, d);
+        v += (x > 0 ? x + 1 : std::exp(x)) * (y > 0 ? y + 1 : std::exp(y));
+      }
+    } else {
+      for (index_t d = 0; d < dh; ++d) v += double(s.q(b, h, i, d)) * s.k(b, kh, j, d);
+      v *= c * c / std::sqrt(double(dh));
+      if constexpr (!softmax) v *= v;  // degree 2
+    }
+    w[std::size_t(j)] = v;
+  }
+  if constexpr (softmax) {
+    const double top = *std::max_element(w.begin(), w.end());
+    for (double& v : w) v = std::exp(v - top);
+  }
+  double total = 0;
+  for (const double v : w) total += v;
+  for (double& v : w) v /= total;
+  return w;
+}
+
+template <class Attn>
+int concentration(const EvalOptions& o, const io::Safetensors& file) {
+  if constexpr (!approx::approximable<Attn>) {
+    throw attn::value_error("value_aware weights: " + o.checkpoint +
+                            " has no attention probe (Linformer projects keys along time)");
+  } else {
+    using Kernel = std::remove_cvref_t<decltype(std::declval<Attn&>().kernel)>;
+    using Score = std::remove_cvref_t<decltype(std::declval<Attn&>().score)>;
+    if constexpr (!std::is_same_v<Score, attn::score::ScaledDot> ||
+                  !(std::is_same_v<Kernel, attn::kernel::Softmax> ||
+                    std::is_same_v<Kernel, attn::kernel::EluPlusOne> ||
+                    std::is_same_v<Kernel, attn::kernel::Polynomial<2>>)) {
+      throw attn::value_error("value_aware weights: " + o.checkpoint +
+                              " is not a scaled dot-product model with the softmax, poly2 or "
+                              "elu+1 kernel");
+    } else {
+      Evaluation<Attn> ev(o, file);
+      ev.describe(o);
+      const index_t dh = ev.dh;
+      std::vector<Concentration> layers(ev.model.blocks.size());
+      for (std::size_t l = 0; l < layers.size(); ++l)
+        ev.model.blocks[l].attn.probe = [&, l](attn::AttentionStep<float>& s) {
+          Concentration& c = layers[l];
+          const index_t B = s.q.dim(0), H = s.q.dim(1), T = s.q.dim(2);
+          const index_t kh_div = H / s.k.dim(1);
+          for (index_t b = 0; b < B; ++b)
+            for (index_t h = 0; h < H; ++h)
+              for (index_t i = T / 2; i < T; ++i) {
+                std::vector<double> w(std::size_t(i + 1));
+                double top = 0, entropy = 0, qq = 0, kk = 0;
+                for (index_t j = 0; j <= i; ++j) {
+                  const double v = s.weights(b, h, i, j);
+                  w[std::size_t(j)] = v;
+                  top = std::max(top, v);
+                  if (v > 0) entropy -= v * std::log(v);
+                }
+                for (index_t d = 0; d < dh; ++d) {
+                  qq += double(s.q(b, h, i, d)) * s.q(b, h, i, d);
+                  kk += double(s.k(b, h / kh_div, i, d)) * s.k(b, h / kh_div, i, d);
+                }
+                c.rows += 1;
+                c.top1 += top;
+                c.tail8 += tail_mass(w, 8);
+                c.tail += tail_mass(w, dh + 1);
+                c.effective += std::exp(entropy);
+                c.q_norm += std::sqrt(qq);
+                c.k_norm += std::sqrt(kk);
+                for (std::size_t k = 0; k < std::size(kScales); ++k) {
+                  const auto scaled = weights_at_scale<Kernel>(s, b, h, i, kScales[k]);
+                  c.tail_at[k] += tail_mass(scaled, dh + 1);
+                  if (kScales[k] == 1)
+                    for (index_t j = 0; j <= i; ++j)
+                      c.check =
+                          std::max(c.check, std::abs(scaled[std::size_t(j)] - w[std::size_t(j)]));
+                }
+              }
+        };
+      const double loss = mean_loss(ev.model, ev.windows);
+      for (auto& b : ev.model.blocks) b.attn.probe = nullptr;
+      std::string csv = "model,layer,rows,top1,tail_8,tail_dh1,effective_keys,q_norm,k_norm";
+      for (const double c : kScales) csv += ",tail_dh1_scale_" + examples::shortest(c);
+      csv += "\n";
+      std::printf("loss %.4f; per layer, means over %.0f query rows each:\n", loss, layers[0].rows);
+      std::printf("%5s %7s %8s %9s %10s %7s %7s  tail_dh1 at scale 0.5 / 1 / 2 / 4\n", "layer",
+                  "top1", "tail_8", "tail_dh1", "eff.keys", "|q|", "|k|");
+      for (std::size_t l = 0; l < layers.size(); ++l) {
+        const Concentration& c = layers[l];
+        ATTN_CHECK(c.check < 1e-3, attn::value_error, "value_aware weights: layer ", l,
+                   ": the weights recomputed from q and k differ from the model's by ", c.check,
+                   " (the kernel's formula here is not the one the model uses)");
+        const double n = c.rows;
+        char row[512];
+        int len = std::snprintf(row, sizeof row, "%s,%zu,%.0f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f",
+                                ev.label.c_str(), l, n, c.top1 / n, c.tail8 / n, c.tail / n,
+                                c.effective / n, c.q_norm / n, c.k_norm / n);
+        for (const double t : c.tail_at)
+          len += std::snprintf(row + len, sizeof row - std::size_t(len), ",%.6f", t / n);
+        csv += std::string(row) + "\n";
+        std::printf("%5zu %7.4f %8.4f %9.4f %10.2f %7.2f %7.2f  %.4f / %.4f / %.4f / %.4f\n", l,
+                    c.top1 / n, c.tail8 / n, c.tail / n, c.effective / n, c.q_norm / n,
+                    c.k_norm / n, c.tail_at[0] / n, c.tail_at[1] / n, c.tail_at[2] / n,
+                    c.tail_at[3] / n);
+      }
+      const fs::path out(o.out);
+      if (out.has_parent_path()) fs::create_directories(out.parent_path());
+      io::write_file_atomically(out, csv);
+      std::printf("wrote %s\n", out.c_str());
+      return 0;
+    }
+  }
 }
 
 // ---- plot: the OVO-r curves of several eval CSVs ------------------------------------------
@@ -245,6 +415,21 @@ int plot_curves(const std::vector<std::string>& csvs, const std::string& out) {
   return 0;
 }
 
+// The options of a subcommand that evaluates one model on the validation windows.
+void add_model_options(CLI::App* cmd, EvalOptions& o, const std::string& out_help) {
+  cmd->add_option("checkpoint", o.checkpoint, "a char_gpt checkpoint.safetensors")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--data", o.data, "the corpus the model was trained on")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", o.out, out_help);
+  cmd->add_option("--label", o.label, "the model's name in the CSV (default: its attention)");
+  cmd->add_option("--windows", o.windows, "validation windows (stride block/2)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--batch", o.batch, "windows per forward pass")->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -252,17 +437,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   EvalOptions e;
   CLI::App* eval = app.add_subcommand("eval", "validation loss under each approximation");
-  eval->add_option("checkpoint", e.checkpoint, "a char_gpt checkpoint.safetensors")
-      ->required()
-      ->check(CLI::ExistingFile);
-  eval->add_option("--data", e.data, "the corpus the model was trained on")
-      ->check(CLI::ExistingFile);
-  eval->add_option("--out", e.out, "CSV to write (one row per approximation)");
-  eval->add_option("--label", e.label, "the model's name in the CSV (default: its attention)");
-  eval->add_option("--windows", e.windows, "validation windows (stride block/2)")
-      ->check(CLI::Range(1, 1000000));
-  eval->add_option("--batch", e.batch, "windows per forward pass")->check(CLI::Range(1, 4096));
-  eval->add_option("--threads", e.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+  add_model_options(eval, e, "CSV to write (one row per approximation)");
   eval->add_option("--ovo", e.ovo, "r values of the OVO-r curve (d_h + 1 is added)")
       ->delimiter(',');
   eval->add_option("--ova", e.ova, "r values of the OVA-r heuristic (1 < r <= d_h)")
@@ -275,6 +450,13 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   eval->add_flag("--exact-only", e.exact_only, "only the exact model");
 
+  EvalOptions w;
+  w.out = "weights.csv";
+  w.windows = 32;
+  CLI::App* weights_cmd =
+      app.add_subcommand("weights", "how concentrated the attention weights are, per layer");
+  add_model_options(weights_cmd, w, "CSV to write (one row per layer)");
+
   std::vector<std::string> csvs;
   std::string svg = "ovo_curve.svg";
   CLI::App* plot_cmd = app.add_subcommand("plot", "OVO-r curves of several eval CSVs");
@@ -286,9 +468,12 @@ int main(int argc, char** argv) {
       examples::check_output_file(svg, "--out", true);
       return plot_curves(csvs, svg);
     }
-    examples::check_output_file(e.out, "--out", true);
-    const io::Safetensors file = examples::open_checkpoint(e.checkpoint);
-    return examples::with_attention(io::metadata_string(file, "attention", e.checkpoint),
-                                    [&]<class Attn>() { return evaluate<Attn>(e, file); });
+    const EvalOptions& opts = *weights_cmd ? w : e;
+    examples::check_output_file(opts.out, "--out", true);
+    const io::Safetensors file = examples::open_checkpoint(opts.checkpoint);
+    return examples::with_attention(
+        io::metadata_string(file, "attention", opts.checkpoint), [&]<class Attn>() {
+          return *weights_cmd ? concentration<Attn>(opts, file) : evaluate<Attn>(opts, file);
+        });
   });
 }

@@ -1,24 +1,75 @@
 #!/usr/bin/env bash
-# The value-aware study as run for docs/experiments/value_aware.md: trains three char_gpt models
-# with identical hyper-parameters and the exponential, degree-2 polynomial and elu+1 kernels (and
-# a Linformer with 32 projected rows), then evaluates each with every approximation.
-# Usage (from the repository root, after `cmake --preset release` and building char_gpt and
-# value_aware): examples/value_aware/run_study.sh [out_dir]   (default runs/value_aware)
-# Each training run takes about an hour on one busy core; evaluation about as long per model.
+# The value-aware study as run for docs/experiments/value_aware.md: trains char_gpt models with
+# identical hyper-parameters and the exponential (`standard`), degree-2 polynomial (`poly2`) and
+# elu+1 (`linear`) kernels, once per seed, then evaluates each with every approximation
+# (`value_aware eval`) and measures how concentrated its attention weights are
+# (`value_aware weights`), and summarises the seeds (examples/value_aware/summarise.py).
+#
+#   examples/value_aware/run_study.sh                          # 9 models, 2 at a time
+#   KERNELS=linformer32 SEEDS=1 examples/value_aware/run_study.sh   # the Linformer of the doc
+#   STEPS=20 WINDOWS=4 SEEDS="1 2" OUT=/tmp/va DEST=/tmp/d ...     # a quick check of the script
+#
+# Each model goes to OUT/<kernel>-s<seed>/ with a `done` marker, its evaluations to
+# OUT/eval_<kernel>-s<seed>.csv and OUT/weights_<kernel>-s<seed>.csv; finished work is skipped
+# and an interrupted training resumes from its checkpoint when the script is run again.
+# Variables: OUT (runs/value_aware), DEST (docs/experiments/value_aware), SEEDS ("1 2 3"),
+# KERNELS ("standard poly2 linear"), STEPS (2500), WINDOWS (32 evaluation windows), JOBS (2 at a
+# time), THREADS (1 per job). Training is deterministic for a seed and thread count.
 set -euo pipefail
-out=${1:-runs/value_aware}
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+OUT=${OUT:-runs/value_aware}
+DEST=${DEST:-docs/experiments/value_aware}
+SEEDS=${SEEDS:-"1 2 3"}
+KERNELS=${KERNELS:-"standard poly2 linear"}
+STEPS=${STEPS:-2500}
+WINDOWS=${WINDOWS:-32}
+JOBS=${JOBS:-2}
+THREADS=${THREADS:-1}
 bin=build/release/examples
-mkdir -p "$out"
-for a in standard poly2 linear linformer32; do
-  [ -f "$out/$a/checkpoint.safetensors" ] && continue
-  nice -n 10 $bin/char_gpt/char_gpt --attention $a --layers 4 --heads 4 --embd 128 \
-    --block 256 --batch 8 --steps 2500 --warmup 100 --lr 2e-3 --min-lr 2e-4 \
-    --eval-every 250 --eval-batches 8 --seed 1 --threads 1 --sample-tokens 300 \
-    --out "$out/$a" > "$out/$a.log" 2>&1
+if [[ ! -x $bin/char_gpt/char_gpt || ! -x $bin/value_aware/value_aware ]]; then
+  cmake --preset release >/dev/null
+  cmake --build --preset release --target char_gpt value_aware
+fi
+
+# study <kernel> <seed>: train (or resume), then evaluate.
+study() {
+  local kernel=$1 seed=$2 name="$1-s$2"
+  local dir="$OUT/$name"
+  if [[ ! -f "$dir/done" ]]; then
+    if [[ -f "$dir/checkpoint.safetensors" ]]; then
+      echo "== $name: resuming"
+      $bin/char_gpt/char_gpt --resume "$dir/checkpoint.safetensors" --threads "$THREADS" \
+        >"$dir.log" 2>&1
+    else
+      echo "== $name: training"
+      $bin/char_gpt/char_gpt --attention "$kernel" --layers 4 --heads 4 --embd 128 \
+        --block 256 --batch 8 --steps "$STEPS" --warmup 100 --lr 2e-3 --min-lr 2e-4 \
+        --eval-every 250 --eval-batches 8 --seed "$seed" --threads "$THREADS" \
+        --sample-tokens 300 --out "$dir" --overwrite >"$dir.log" 2>&1
+    fi
+    touch "$dir/done"
+  fi
+  if [[ ! -f "$OUT/eval_$name.csv" ]]; then
+    echo "== $name: evaluating"
+    $bin/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
+      --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/eval_$name.csv.part" \
+      >"$OUT/eval_$name.log" 2>&1
+    mv "$OUT/eval_$name.csv.part" "$OUT/eval_$name.csv"
+  fi
+  if [[ ! -f "$OUT/weights_$name.csv" ]]; then
+    $bin/value_aware/value_aware weights "$dir/checkpoint.safetensors" --label "$name" \
+      --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/weights_$name.csv.part" \
+      >"$OUT/weights_$name.log" 2>&1
+    mv "$OUT/weights_$name.csv.part" "$OUT/weights_$name.csv"
+  fi
+}
+
+mkdir -p "$OUT"
+source examples/common/jobs.sh
+for seed in $SEEDS; do
+  for kernel in $KERNELS; do job_start study "$kernel" "$seed"; done
 done
-for a in standard poly2 linear linformer32; do
-  nice -n 10 $bin/value_aware/value_aware eval "$out/$a/checkpoint.safetensors" \
-    --windows 64 --threads 1 --out "$out/eval_$a.csv" | tee "$out/eval_$a.log"
-done
-$bin/value_aware/value_aware plot "$out/eval_standard.csv" "$out/eval_poly2.csv" \
-  "$out/eval_linear.csv" --out "$out/ovo_curve.svg"
+jobs_wait run_study.sh "see $OUT/*.log" || exit 1
+
+python3 examples/value_aware/summarise.py "$OUT" "$DEST"

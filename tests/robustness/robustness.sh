@@ -38,6 +38,7 @@ tail -c 20000 "$data/tinyshakespeare.txt" > other.txt
 printf 'ab\xffcd\n' > bad_utf8.txt
 (head -60 "$data/wiki.txt"; grep -m1 '?' "$data/wiki.txt") > wiki.txt  # '?' for the questions
 head -20 "$data/birth_places_train.tsv" > train.tsv
+head -20 wiki.txt > some_wiki.txt  # a subset of the people, vocabulary from wiki.txt
 head -10 "$data/birth_dev.tsv" > dev.tsv
 printf 'Where was Nobody born?\n' > no_tab.tsv
 
@@ -160,6 +161,9 @@ expect 1 "bad_utf8.txt: .*invalid UTF-8" -- "$B" london --pretrain-corpus wiki.t
 expect 1 "no_tab.tsv:1: " -- "$B" finetune "${ft[@]:0:4}" --finetune-corpus no_tab.tsv --writing-params s/b5
 expect 1 "this run needs about .* of memory.*more than the .* available" -- "$B" pretrain --pretrain-corpus wiki.txt --layers 64 --embd 8192 --writing-params s/b6
 expect 1 "this run needs about .* of memory.*activations of one step.*more than the .* available" -- "$B" pretrain --pretrain-corpus wiki.txt --layers 1 --heads 1 --embd 8 --block 2048 --batch 65536 --writing-params s/b7
+expect 1 "--vocabulary-corpus is for new models; guard/bp/pre.params brings its own vocabulary" -- "$B" finetune "${ft[@]}" --reading-params guard/bp/pre.params --vocabulary-corpus wiki.txt --writing-params s/b8
+expect 1 "wiki.txt: .*is not in the vocabulary" -- "$B" pretrain "${tiny_bp[@]}" --vocabulary-corpus tiny.txt --writing-params s/b9
+expect 0 "Correct: " -- "$B" london --pretrain-corpus some_wiki.txt --vocabulary-corpus wiki.txt --eval-corpus dev.tsv
 expect 1 "guard/c/checkpoint.safetensors: not a birthplace checkpoint" -- "$B" evaluate --reading-params guard/c/checkpoint.safetensors
 expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$B" evaluate --reading-params corrupt.safetensors
 

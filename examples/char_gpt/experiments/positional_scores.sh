@@ -55,16 +55,10 @@ run() {
 }
 
 mkdir -p "$OUT"
-pids=()
+source examples/common/jobs.sh
 for seed in $SEEDS; do
-  for variant in "${VARIANTS[@]}"; do
-    run "$variant" "$seed" &
-    pids+=($!)
-    while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
-  done
+  for variant in "${VARIANTS[@]}"; do job_start run "$variant" "$seed"; done
 done
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-((status == 0)) || { echo "positional_scores.sh: a run failed (see $OUT/*.txt)" >&2; exit 1; }
+jobs_wait positional_scores.sh "see $OUT/*.txt" || exit 1
 
 bash examples/char_gpt/experiments/summarise_runs.sh "$OUT" "$DEST" "${VARIANTS[@]}"

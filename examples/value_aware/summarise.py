@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Summarises the value-aware study over its seeds.
+
+Reads what run_study.sh wrote (RUNS/eval_<kernel>-s<seed>.csv from `value_aware eval`,
+RUNS/weights_<kernel>-s<seed>.csv from `value_aware weights`) and writes into DEST:
+
+  eval.csv      every evaluation row, with kernel and seed columns
+  summary.csv   per kernel and method: perplexity and its ratio to the model's exact
+                perplexity, mean and sample standard deviation over the seeds
+  weights.csv   per kernel and layer: the concentration statistics, mean and standard deviation
+                over the seeds
+  ovo.svg       the OVO-r validation loss per kernel, mean ± sd over the seeds (gnuplot)
+
+and prints the tables docs/experiments/value_aware.md quotes, as Markdown. Standard library only.
+
+  examples/value_aware/summarise.py [RUNS] [DEST]   (runs/value_aware, docs/experiments/value_aware)
+"""
+
+import csv
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from studies import mean_sd, replace_file, write_csv  # noqa: E402
+
+NAME = re.compile(r"^(eval|weights)_([a-z0-9]+)-s(\d+)\.csv$")
+KERNELS = ("standard", "poly2", "linear")  # the order of the tables
+LABEL = {"standard": "exp", "poly2": "poly2", "linear": "elu+1"}
+
+
+
+
+def read(runs: Path):
+    evals, weights = {}, {}
+    for f in sorted(runs.iterdir()):
+        m = NAME.match(f.name)
+        if not m:
+            continue
+        with open(f, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        (evals if m[1] == "eval" else weights)[(m[2], int(m[3]))] = rows
+    return evals, weights
+
+
+
+
+def summarise_evals(evals):
+    """{(kernel, method): {"r": r, "ppl": [...], "ratio": [...], "loss": [...], "keys": [...]}}"""
+    out = {}
+    for (kernel, _seed), rows in sorted(evals.items()):
+        exact = next(float(r["perplexity"]) for r in rows if r["method"] == "exact")
+        for r in rows:
+            e = out.setdefault((kernel, r["method"]), {"r": int(r["r"]), "ppl": [], "ratio": [],
+                                                       "loss": [], "keys": []})
+            e["ppl"].append(float(r["perplexity"]))
+            e["ratio"].append(float(r["perplexity"]) / exact)
+            e["loss"].append(float(r["loss"]))
+            e["keys"].append(float(r["mean_keys"]))
+    return out
+
+
+def plot(dest: Path, summary, kernels):
+    colors = {"standard": "#1f77b4", "poly2": "#d62728", "linear": "#2ca02c"}
+    with tempfile.TemporaryDirectory() as tmp:
+        plots = []
+        for k in kernels:
+            rows = sorted((e["r"], *mean_sd(e["loss"])) for (kk, m), e in summary.items()
+                          if kk == k and m.startswith("OVO-"))
+            exact = mean_sd(summary[(k, "exact")]["loss"])[0]
+            with open(Path(tmp) / f"{k}.dat", "w") as f:
+                for r, mean, sd in rows:
+                    f.write(f"{r} {mean} {sd} {exact}\n")
+            c = colors.get(k, "#9467bd")
+            plots.append(f"'{tmp}/{k}.dat' using 1:2:3 with yerrorlines lw 2 lc rgb '{c}' "
+                         f"title '{LABEL.get(k, k)}: OVO-r'")
+            plots.append(f"'{tmp}/{k}.dat' using 1:4 with lines dt 2 lc rgb '{c}' "
+                         f"title '{LABEL.get(k, k)}: exact'")
+        script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white"
+set output "{tmp}/ovo.svg"
+set logscale x 2
+set key top right
+set grid
+set title "validation loss with the r largest weights kept (OVO-r), mean ± sd over seeds"
+set xlabel "r (keys kept per query)"
+set ylabel "loss (nats per character)"
+plot {", ".join(plots)}
+"""
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+        replace_file(dest / "ovo.svg", (Path(tmp) / "ovo.svg").read_bytes())
+
+
+def main():
+    runs = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/value_aware")
+    dest = Path(sys.argv[2] if len(sys.argv) > 2 else "docs/experiments/value_aware")
+    evals, weights = read(runs)
+    if not evals:
+        sys.exit(f"summarise.py: no eval_<kernel>-s<seed>.csv in {runs}")
+    dest.mkdir(parents=True, exist_ok=True)
+    kernels = [k for k in KERNELS if any(kk == k for kk, _ in evals)]
+    kernels += sorted({k for k, _ in evals} - set(kernels))
+    seeds = {k: sorted(s for kk, s in evals if kk == k) for k in kernels}
+
+    rows = []
+    for (kernel, seed), ev in sorted(evals.items()):
+        for r in ev:
+            rows.append([kernel, seed, r["method"], r["r"], r["mean_keys"], r["loss"],
+                         r["perplexity"], r["relative_error"], r["seconds"]])
+    write_csv(dest / "eval.csv", ["kernel", "seed", "method", "r", "mean_keys", "loss",
+                                  "perplexity", "relative_error", "seconds"], rows)
+
+    summary = summarise_evals(evals)
+    rows = []
+    for (kernel, method), e in summary.items():
+        ppl, ratio = mean_sd(e["ppl"]), mean_sd(e["ratio"])
+        rows.append([kernel, method, e["r"], len(e["ppl"]), f"{mean_sd(e['keys'])[0]:.2f}",
+                     f"{ppl[0]:.4f}", f"{ppl[1]:.4f}", f"{ratio[0]:.4f}", f"{ratio[1]:.4f}"])
+    write_csv(dest / "summary.csv", ["kernel", "method", "r", "seeds", "mean_keys",
+                                     "perplexity_mean", "perplexity_sd", "ratio_to_exact_mean",
+                                     "ratio_to_exact_sd"], rows)
+
+    stats = ["top1", "tail_8", "tail_dh1", "effective_keys", "q_norm", "k_norm"]
+    scale_cols = []
+    if weights:
+        first = next(iter(weights.values()))
+        scale_cols = [c for c in first[0] if c.startswith("tail_dh1_scale_")]
+    rows, by_kernel = [], {}
+    for kernel in kernels:
+        per_layer = {}
+        for (k, seed), ws in weights.items():
+            if k != kernel:
+                continue
+            for r in ws:
+                per_layer.setdefault(int(r["layer"]), []).append(r)
+        for layer, rs in sorted(per_layer.items()):
+            row = [kernel, layer, len(rs)]
+            for c in stats + scale_cols:
+                row += [f"{v:.5f}" for v in mean_sd(float(r[c]) for r in rs)]
+            rows.append(row)
+        # The whole model: mean over layers per seed, then mean ± sd over seeds.
+        seeds_w = [ws for (k, _), ws in weights.items() if k == kernel]
+        if seeds_w:
+            by_kernel[kernel] = {c: mean_sd(statistics.fmean(float(r[c]) for r in ws)
+                                            for ws in seeds_w) for c in stats + scale_cols}
+    header = ["kernel", "layer", "seeds"]
+    for c in stats + scale_cols:
+        header += [f"{c}_mean", f"{c}_sd"]
+    write_csv(dest / "weights.csv", header, rows)
+    plot(dest, summary, kernels)
+
+    def cell(kernel, method, what="ppl", digits=3):
+        e = summary.get((kernel, method))
+        if not e:
+            return "—"
+        mean, sd = mean_sd(e[what])
+        return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+
+    dh1 = {k: next(m for (kk, m) in summary if kk == k and m.startswith("OVO-")
+                   and summary[(kk, m)]["r"] == 33) for k in kernels if (k, "OVO-33") in summary}
+    print("Perplexity, mean ± sd over seeds", {k: seeds[k] for k in kernels})
+    print("| kernel | exact | OVO-1 | OVO-(d_h+1) | OVA-1 | OVA-(d_h+1) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k in kernels:
+        print(f"| {LABEL.get(k, k)} | {cell(k, 'exact')} | {cell(k, 'OVO-1')} | "
+              f"{cell(k, dh1.get(k, 'OVO-33'))} | {cell(k, 'OVA-1')} | {cell(k, 'OVA-(d+1)')} |")
+    print()
+    print("Ratio to exact, mean ± sd over seeds")
+    print("| kernel | OVO-1 | OVO-(d_h+1) | OVA-1 | OVA-(d_h+1) |")
+    print("| --- | --- | --- | --- | --- |")
+    for k in kernels:
+        print(f"| {LABEL.get(k, k)} | {cell(k, 'OVO-1', 'ratio', 2)} | "
+              f"{cell(k, dh1.get(k, 'OVO-33'), 'ratio', 2)} | {cell(k, 'OVA-1', 'ratio', 2)} | "
+              f"{cell(k, 'OVA-(d+1)', 'ratio', 2)} |")
+    if "poly2" in kernels and "linear" in kernels:
+        print()
+        for method in ("OVO-1", "OVO-33"):
+            p = summary.get(("poly2", method), {}).get("ratio", [])
+            e = summary.get(("linear", method), {}).get("ratio", [])
+            pairs = list(zip(seeds["poly2"], p, e))
+            worse = sum(ei > pi for _, pi, ei in pairs)
+            print(f"{method}: elu+1 hurt more than poly2 in {worse} of {len(pairs)} seeds: "
+                  + ", ".join(f"seed {s}: poly2 {pi:.2f}, elu+1 {ei:.2f}" for s, pi, ei in pairs))
+    if by_kernel:
+        print()
+        print("Attention weights (scored queries, mean over layers; mean ± sd over seeds)")
+        print("| kernel | largest weight | outside top 8 | outside top d_h+1 | effective keys | "
+              + " | ".join("outside d_h+1, q,k ×" + c.rsplit("_", 1)[1] for c in scale_cols)
+              + " |")
+        print("| --- " * (5 + len(scale_cols)) + "|")
+        for k, st in by_kernel.items():
+            cells = [f"{st[c][0]:.3f} ± {st[c][1]:.3f}" for c in stats[:3]]
+            cells.append(f"{st['effective_keys'][0]:.1f} ± {st['effective_keys'][1]:.1f}")
+            cells += [f"{st[c][0]:.3f} ± {st[c][1]:.3f}" for c in scale_cols]
+            print(f"| {LABEL.get(k, k)} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
