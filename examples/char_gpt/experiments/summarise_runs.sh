@@ -9,6 +9,7 @@
 # to have finished (`done`); missing runs are named on stderr and left out.
 #
 #   examples/char_gpt/experiments/summarise_runs.sh RUNS DEST VARIANT...
+# (TITLE=... sets the plot's title)
 set -euo pipefail
 (($# >= 3)) || { echo "usage: summarise_runs.sh RUNS DEST VARIANT..." >&2; exit 2; }
 RUNS=$1 DEST=$2
@@ -68,7 +69,7 @@ set output "$tmp/validation.svg"
 set datafile separator ","
 set key top right
 set grid
-set title "char_gpt at the demo budget: validation loss, mean ± sd over seeds"
+set title "${TITLE:-char_gpt at the demo budget: validation loss, mean ± sd over seeds}"
 set xlabel "step"
 set ylabel "validation loss (nats per character)"
 plot ${joined%, }
