@@ -91,7 +91,7 @@ def plot(dest: Path, summary):
                     if s["score"] == score:
                         f.write(f"{s['d_h']} {s['val_mean']} {s['val_sd']} "
                                 f"{s['vertex'][128][0]} {s['vertex'][128][1]}\n")
-        common = f"""set terminal svg size 720,440 font "sans,12" background rgb "white"
+        common = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
 set logscale x 2
 set xrange [1.5:90]
 set xtics (2, 4, 8, 16, 32, 64)

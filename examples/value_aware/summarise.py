@@ -79,7 +79,7 @@ def plot(dest: Path, summary, kernels):
                          f"title '{LABEL.get(k, k)}: OVO-r'")
             plots.append(f"'{tmp}/{k}.dat' using 1:4 with lines dt 2 lc rgb '{c}' "
                          f"title '{LABEL.get(k, k)}: exact'")
-        script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white"
+        script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
 set output "{tmp}/ovo.svg"
 set logscale x 2
 set key top right
