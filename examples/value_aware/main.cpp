@@ -54,6 +54,7 @@ struct EvalOptions {
   std::vector<index_t> lsh_rounds{1, 4};
   std::vector<index_t> features{32, 128, 512};
   bool exact_only = false;
+  std::vector<index_t> layers;  // the layers whose attention is approximated; empty: all
 };
 
 // Validation windows: tokens [s, s + T) predicting [s + 1, s + T + 1), s = 0, T/2, T, …; only
@@ -185,7 +186,19 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
   EvalOptions opts = o;
   if (!has_probe) opts.exact_only = true;
   const auto methods = plan(opts, dh, block, softmax);
+  const auto n_layers = index_t(model.blocks.size());
+  std::vector<bool> approximated(std::size_t(n_layers), o.layers.empty());
+  for (const index_t l : o.layers) {
+    ATTN_CHECK(l >= 0 && l < n_layers, attn::value_error, "value_aware eval: --layers ", l,
+               " is not a layer of ", o.checkpoint, " (it has ", n_layers, ")");
+    approximated[std::size_t(l)] = true;
+  }
   ev.describe(o);
+  if (!o.layers.empty()) {
+    std::printf("approximating layers");
+    for (const index_t l : o.layers) std::printf(" %lld", (long long)l);
+    std::printf(" only; the others exact\n");
+  }
   std::printf("%-22s %8s %9s %11s %10s %8s\n", "method", "keys", "loss", "perplexity", "rel.error",
               "seconds");
 
@@ -195,7 +208,13 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
   for (const approx::Approximation& a : methods) {
     approx::ErrorTally tally;
     if constexpr (has_probe)
-      for (auto& b : model.blocks) approx::approximate(b.attn, a, &tally);
+      for (index_t l = 0; l < n_layers; ++l) {
+        auto& attention = model.blocks[std::size_t(l)].attn;
+        if (approximated[std::size_t(l)])
+          approx::approximate(attention, a, &tally);
+        else
+          approx::approximate(attention, approx::Approximation{});  // exact
+      }
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = mean_loss(model, windows);
     const double secs =
@@ -449,6 +468,9 @@ int main(int argc, char** argv) {
   eval->add_option("--features", e.features, "random-feature counts (softmax models only)")
       ->delimiter(',');
   eval->add_flag("--exact-only", e.exact_only, "only the exact model");
+  eval->add_option("--layers", e.layers,
+                   "approximate only these layers (0 = the first; default: every layer)")
+      ->delimiter(',');
 
   EvalOptions w;
   w.out = "weights.csv";

@@ -2,15 +2,17 @@
 # The value-aware study as run for docs/experiments/value_aware.md: trains char_gpt models with
 # identical hyper-parameters and the exponential (`standard`), degree-2 polynomial (`poly2`) and
 # elu+1 (`linear`) kernels, once per seed, then evaluates each with every approximation
-# (`value_aware eval`) and measures how concentrated its attention weights are
-# (`value_aware weights`), and summarises the seeds (examples/value_aware/summarise.py).
+# (`value_aware eval`), once more with only the first layer and only the other layers approximated
+# (`--layers`), measures how concentrated its attention weights are (`value_aware weights`), and
+# summarises the seeds (examples/value_aware/summarise.py).
 #
 #   examples/value_aware/run_study.sh                          # 9 models, 2 at a time
 #   KERNELS=linformer32 SEEDS=1 examples/value_aware/run_study.sh   # the Linformer of the doc
 #   STEPS=20 WINDOWS=4 SEEDS="1 2" OUT=/tmp/va DEST=/tmp/d ...     # a quick check of the script
 #
 # Each model goes to OUT/<kernel>-s<seed>/ with a `done` marker, its evaluations to
-# OUT/eval_<kernel>-s<seed>.csv and OUT/weights_<kernel>-s<seed>.csv; finished work is skipped
+# OUT/eval_<kernel>-s<seed>.csv, OUT/layers_<kernel>-s<seed>-L0.csv and -L123.csv, and
+# OUT/weights_<kernel>-s<seed>.csv (the last three for the three kernels); finished work is skipped
 # and an interrupted training resumes from its checkpoint when the script is run again.
 # Variables: OUT (runs/value_aware), DEST (docs/experiments/value_aware), SEEDS ("1 2 3"),
 # KERNELS ("standard poly2 linear"), STEPS (2500), WINDOWS (32 evaluation windows), JOBS (2 at a
@@ -57,12 +59,23 @@ study() {
       >"$OUT/eval_$name.log" 2>&1
     mv "$OUT/eval_$name.csv.part" "$OUT/eval_$name.csv"
   fi
+  [[ $kernel == standard || $kernel == poly2 || $kernel == linear ]] || return 0
   if [[ ! -f "$OUT/weights_$name.csv" ]]; then
     $bin/value_aware/value_aware weights "$dir/checkpoint.safetensors" --label "$name" \
       --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/weights_$name.csv.part" \
       >"$OUT/weights_$name.log" 2>&1
     mv "$OUT/weights_$name.csv.part" "$OUT/weights_$name.csv"
   fi
+  # Where the approximations hurt: the first layer alone, then the other three alone.
+  local layers part
+  for layers in 0 1,2,3; do
+    part="$OUT/layers_$name-L${layers//,/}.csv"
+    [[ -f $part ]] && continue
+    $bin/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
+      --layers "$layers" --windows "$WINDOWS" --threads "$THREADS" --out "$part.part" \
+      >"${part%.csv}.log" 2>&1
+    mv "$part.part" "$part"
+  done
 }
 
 mkdir -p "$OUT"

@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 from studies import mean_sd, replace_file, write_csv  # noqa: E402
 
 NAME = re.compile(r"^(eval|weights)_([a-z0-9]+)-s(\d+)\.csv$")
+LAYERS = re.compile(r"^layers_([a-z0-9]+)-s(\d+)-L(\d+)\.csv$")
+LAYER_SETS = {"0": "layer 0 only", "123": "layers 1-3 only"}
 KERNELS = ("standard", "poly2", "linear")  # the order of the tables
 LABEL = {"standard": "exp", "poly2": "poly2", "linear": "elu+1"}
 
@@ -35,15 +37,18 @@ LABEL = {"standard": "exp", "poly2": "poly2", "linear": "elu+1"}
 
 
 def read(runs: Path):
-    evals, weights = {}, {}
+    evals, weights, layers = {}, {}, {}
     for f in sorted(runs.iterdir()):
-        m = NAME.match(f.name)
-        if not m:
+        m, ml = NAME.match(f.name), LAYERS.match(f.name)
+        if not m and not ml:
             continue
         with open(f, newline="") as fh:
             rows = list(csv.DictReader(fh))
-        (evals if m[1] == "eval" else weights)[(m[2], int(m[3]))] = rows
-    return evals, weights
+        if ml:
+            layers[(ml[1], int(ml[2]), ml[3])] = rows
+        else:
+            (evals if m[1] == "eval" else weights)[(m[2], int(m[3]))] = rows
+    return evals, weights, layers
 
 
 
@@ -96,7 +101,7 @@ plot {", ".join(plots)}
 def main():
     runs = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/value_aware")
     dest = Path(sys.argv[2] if len(sys.argv) > 2 else "docs/experiments/value_aware")
-    evals, weights = read(runs)
+    evals, weights, layers = read(runs)
     if not evals:
         sys.exit(f"summarise.py: no eval_<kernel>-s<seed>.csv in {runs}")
     dest.mkdir(parents=True, exist_ok=True)
@@ -149,6 +154,24 @@ def main():
     for c in stats + scale_cols:
         header += [f"{c}_mean", f"{c}_sd"]
     write_csv(dest / "weights.csv", header, rows)
+
+    # Ratio to exact with only some layers approximated, per kernel, layer set and method.
+    by_layers = {}
+    for (kernel, _seed, which), rs in layers.items():
+        exact = next(float(r["perplexity"]) for r in rs if r["method"] == "exact")
+        for r in rs:
+            by_layers.setdefault((kernel, which, r["method"]), []).append(
+                float(r["perplexity"]) / exact)
+    layer_methods = ("OVO-1", "OVO-33", "OVA-1")
+    rows = []
+    for (kernel, which, method), ratios in sorted(by_layers.items()):
+        if method in layer_methods:
+            m, sd = mean_sd(ratios)
+            rows.append([kernel, LAYER_SETS.get(which, which), method, len(ratios), f"{m:.4f}",
+                         f"{sd:.4f}"])
+    if rows:
+        write_csv(dest / "layers.csv", ["kernel", "approximated", "method", "seeds",
+                                        "ratio_to_exact_mean", "ratio_to_exact_sd"], rows)
     plot(dest, summary, kernels)
 
     def cell(kernel, method, what="ppl", digits=3):
@@ -196,6 +219,19 @@ def main():
             cells += [f"{st[c][0]:.3f} ± {st[c][1]:.3f}" for c in scale_cols]
             print(f"| {LABEL.get(k, k)} | " + " | ".join(cells) + " |")
 
+    if by_layers:
+        print()
+        print("Ratio to exact perplexity with only some layers approximated (mean ± sd over seeds)")
+        print("| kernel | approximated | " + " | ".join(layer_methods) + " |")
+        print("| --- | --- |" + " --- |" * len(layer_methods))
+        for k in kernels:
+            for which, label in LAYER_SETS.items():
+                cells = []
+                for method in layer_methods:
+                    r = by_layers.get((k, which, method))
+                    cells.append(f"{mean_sd(r)[0]:.2f} ± {mean_sd(r)[1]:.2f}" if r else "—")
+                if any(c != "—" for c in cells):
+                    print(f"| {LABEL.get(k, k)} | {label} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()
