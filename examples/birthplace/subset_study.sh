@@ -87,7 +87,8 @@ one() {
   if [[ ! -f $OUT/$name.pretrain.done ]]; then
     if [[ -f $pre ]]; then
       echo "== $name: resuming pretraining"
-      "$BIN" pretrain --resume "$pre" --threads "$THREADS" >>"$OUT/$name.pretrain.txt" 2>&1
+      "$BIN" pretrain --resume "$pre" --pretrain-corpus "$dir/wiki.txt" --threads "$THREADS" \
+        >>"$OUT/$name.pretrain.txt" 2>&1
     else
       echo "== $name: pretraining, $EPOCHS epochs"
       "$BIN" pretrain "${common[@]}" --vocabulary-corpus data/wiki.txt --variant "$variant" \
