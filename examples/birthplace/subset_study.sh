@@ -26,7 +26,7 @@ BIN=${BIN:-build/release/examples/birthplace/birthplace}
 OUT=${OUT:-runs/birthplace_subsets}
 FRACTIONS=${FRACTIONS:-0.1}
 SEEDS=${SEEDS:-"1 2 3"}
-VARIANTS=${VARIANTS:-vanilla}
+VARIANTS=${VARIANTS-vanilla}  # VARIANTS="" NOPRETRAIN=1: only the runs without pretraining
 NOPRETRAIN=${NOPRETRAIN:-1}
 EPOCHS=${EPOCHS:-650}
 FINETUNE=${FINETUNE:-10}

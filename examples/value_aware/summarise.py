@@ -60,7 +60,8 @@ def summarise_evals(evals):
         exact = next(float(r["perplexity"]) for r in rows if r["method"] == "exact")
         for r in rows:
             e = out.setdefault((kernel, r["method"]), {"r": int(r["r"]), "ppl": [], "ratio": [],
-                                                       "loss": [], "keys": []})
+                                                       "loss": [], "keys": [], "error": []})
+            e["error"].append(float(r["relative_error"]))
             e["ppl"].append(float(r["perplexity"]))
             e["ratio"].append(float(r["perplexity"]) / exact)
             e["loss"].append(float(r["loss"]))
@@ -121,11 +122,14 @@ def main():
     rows = []
     for (kernel, method), e in summary.items():
         ppl, ratio = mean_sd(e["ppl"]), mean_sd(e["ratio"])
+        loss, error = mean_sd(e["loss"]), mean_sd(e["error"])
         rows.append([kernel, method, e["r"], len(e["ppl"]), f"{mean_sd(e['keys'])[0]:.2f}",
-                     f"{ppl[0]:.4f}", f"{ppl[1]:.4f}", f"{ratio[0]:.4f}", f"{ratio[1]:.4f}"])
-    write_csv(dest / "summary.csv", ["kernel", "method", "r", "seeds", "mean_keys",
-                                     "perplexity_mean", "perplexity_sd", "ratio_to_exact_mean",
-                                     "ratio_to_exact_sd"], rows)
+                     f"{loss[0]:.4f}", f"{loss[1]:.4f}", f"{ppl[0]:.4f}", f"{ppl[1]:.4f}",
+                     f"{ratio[0]:.4f}", f"{ratio[1]:.4f}", f"{error[0]:.4e}", f"{error[1]:.4e}"])
+    write_csv(dest / "summary.csv", ["kernel", "method", "r", "seeds", "mean_keys", "loss_mean",
+                                     "loss_sd", "perplexity_mean", "perplexity_sd",
+                                     "ratio_to_exact_mean", "ratio_to_exact_sd",
+                                     "relative_error_mean", "relative_error_sd"], rows)
 
     stats = ["top1", "tail_8", "tail_dh1", "effective_keys", "q_norm", "k_norm"]
     scale_cols = []
