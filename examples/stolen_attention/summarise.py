@@ -132,6 +132,8 @@ def main():
         a = by_model[m["name"]]
         m["vertex"] = {L: float(a[L]["mean_vertex_proportion"]) for L in CONTEXTS}
         m["wins"] = {L: int(a[L]["interior_wins"]) / int(a[L]["queries"]) for L in CONTEXTS}
+        m["top_weight"] = float(a[128]["mean_max_weight_vertex"])  # the largest weight, L = 128
+        m["norm_var"] = float(a[128]["mean_norm_variance"])
 
     header = ["score", "d_h", "seed", "final_val_loss", "best_val_loss"]
     header += [f"vertex_share_L{L}" for L in CONTEXTS] + [f"interior_wins_L{L}" for L in CONTEXTS]
@@ -150,17 +152,22 @@ def main():
             s["val_mean"], s["val_sd"] = mean_sd(m["final_val"] for m in group)
             s["vertex"] = {L: mean_sd(m["vertex"][L] for m in group) for L in CONTEXTS}
             s["wins"] = {L: mean_sd(m["wins"][L] for m in group) for L in CONTEXTS}
+            s["top_weight"] = mean_sd(m["top_weight"] for m in group)
+            s["norm_var"] = mean_sd(m["norm_var"] for m in group)
             summary.append(s)
     header = ["score", "d_h", "runs", "final_val_mean", "final_val_sd"]
     for L in CONTEXTS:
         header += [f"vertex_share_L{L}_mean", f"vertex_share_L{L}_sd"]
-    header += ["interior_wins_L128_mean", "interior_wins_L128_sd"]
+    header += ["interior_wins_L128_mean", "interior_wins_L128_sd", "top_weight_L128_mean",
+               "top_weight_L128_sd", "key_norm_variance_L128_mean", "key_norm_variance_L128_sd"]
     rows = []
     for s in summary:
         row = [s["score"], s["d_h"], s["runs"], fmt(s["val_mean"]), fmt(s["val_sd"])]
         for L in CONTEXTS:
             row += [fmt(s["vertex"][L][0]), fmt(s["vertex"][L][1])]
-        rows.append(row + [fmt(s["wins"][128][0]), fmt(s["wins"][128][1])])
+        rows.append(row + [fmt(s["wins"][128][0]), fmt(s["wins"][128][1]),
+                           fmt(s["top_weight"][0]), fmt(s["top_weight"][1]),
+                           fmt(s["norm_var"][0]), fmt(s["norm_var"][1])])
     write_csv(dest / "sweep_summary.csv", header, rows)
 
     gaps = []
