@@ -93,9 +93,9 @@ def main():
                   f"| {smooth[-1]:+.4f} |")
         (rm, rs), (sm, ss) = mean_sd(raw), mean_sd(smooth)
         print(f"| mean ± sd | | | {rm:+.4f} ± {rs:.4f} | | | {sm:+.4f} ± {ss:.4f} |")
-        unpassed = [f"{v}-s{s}" for (v, s), m in found.items() if not m["passed"]]
-        if unpassed:
-            print(f"\nnot past the minimum by {a.patience} steps: {', '.join(sorted(unpassed))}")
+    unpassed = [f"{v}-s{s}" for (v, s), m in sorted(found.items()) if not m["passed"]]
+    if unpassed:
+        print(f"\nnot past the minimum by {a.patience} steps: {', '.join(unpassed)}")
 
 
 if __name__ == "__main__":
