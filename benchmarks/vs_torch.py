@@ -4,6 +4,7 @@
     benchmarks/vs_torch.py attention --build build/release [--lengths 1024,4096] [--reps 5]
     benchmarks/vs_torch.py train --build build/release [--configs A,B]
     benchmarks/vs_torch.py generate --build build/release [--configs A,B]
+    benchmarks/vs_torch.py train --avx2 --build build/release-avx2    # AVX2 code paths only
 
 PyTorch runs in a fresh process for every combination of its intra-op threads (torch
 .set_num_threads: 1, 2) and OpenBLAS's threads (OPENBLAS_NUM_THREADS: 1, 2; OpenBLAS reads it when
@@ -12,6 +13,13 @@ that others disturbed). Each figure of PyTorch's is the best over the four combi
 table says which gave it; attn runs once with --threads (default 2). OPENBLAS_CORETYPE and
 OPENBLAS_L2_SIZE are unset for every process (some machines preset them for older OpenBLAS builds,
 and they slow its kernels). --csv FILE also writes every measurement, one row each, atomically.
+
+--avx2 measures both sides' AVX2 code paths on an AVX-512 machine, what a Zen 3 (AVX2, no
+AVX-512) runs: attn from a build without AVX-512 (the release-avx2 preset, -march=znver3; the
+script checks the build's flags), OpenBLAS with the kernels it picks on a Zen 3
+(OPENBLAS_CORETYPE=Zen, its Haswell kernels) and ATen with ATEN_CPU_CAPABILITY=avx2, for every
+process. The instructions are a Zen 3's; the caches, clocks and the rest of the core are still the
+machine's own, so such a table stands in for a Zen 3 until one is measured, not for one.
 
 The PyTorch scripts (torch_attention.py, torch_train_step.py, torch_generate.py) need
 python3-torch (Debian); attn does not depend on it.
@@ -27,6 +35,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+AVX2 = False  # --avx2: AVX2 code paths on both sides
 PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives in the system interpreter
 
 
@@ -36,7 +45,39 @@ def environment(openblas_threads=None):
                         "OMP_NUM_THREADS")}
     if openblas_threads is not None:
         env["OPENBLAS_NUM_THREADS"] = str(openblas_threads)
+    if AVX2:
+        env["OPENBLAS_CORETYPE"] = "Zen"
+        env["ATEN_CPU_CAPABILITY"] = "avx2"
     return env
+
+
+def build_has_avx512(build):
+    """Whether the attn build's compiler flags enable AVX-512 (from its CMakeCache.txt)."""
+    cache = os.path.join(build, "CMakeCache.txt")
+    if not os.path.exists(cache):
+        sys.exit(f"vs_torch: {cache} not found (configure the build first)")
+    values = {}
+    with open(cache) as f:
+        for line in f:
+            m = re.match(r"(CMAKE_CXX_COMPILER|CMAKE_CXX_FLAGS|CMAKE_BUILD_TYPE):\w+=(.*)", line)
+            if m:
+                values[m.group(1)] = m.group(2).strip()
+    flags = values.get("CMAKE_CXX_FLAGS", "").split()
+    build_type = values.get("CMAKE_BUILD_TYPE", "").upper()
+    with open(cache) as f:
+        for line in f:
+            m = re.match(rf"CMAKE_CXX_FLAGS_{build_type}:\w+=(.*)", line) if build_type else None
+            if m:
+                flags += m.group(1).split()
+    macros = subprocess.run([values.get("CMAKE_CXX_COMPILER", "c++"), *flags, "-dM", "-E", "-x",
+                             "c++", os.devnull], stdout=subprocess.PIPE, text=True, check=True)
+    return "__AVX512F__" in macros.stdout
+
+
+def check_build(build):
+    if AVX2 and build_has_avx512(build):
+        sys.exit(f"vs_torch: --avx2 needs an attn build without AVX-512; {build} has it "
+                 "(cmake --preset release-avx2 && cmake --build --preset release-avx2)")
 
 
 OTHERS = 0.1  # cores the rest of the machine may use during a run (--others)
@@ -102,7 +143,9 @@ def cpu_line():
             elif line.startswith("flags") and not flags:
                 flags = set(line.split(":", 1)[1].split())
     simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return f"{model}, {os.cpu_count()} cores, {simd}"
+    paths = ("; AVX2 code paths only (attn without AVX-512, OpenBLAS Zen kernels, ATen avx2)"
+             if AVX2 else "")
+    return f"{model}, {os.cpu_count()} cores, {simd}{paths}"
 
 
 def attention(a):
@@ -216,6 +259,8 @@ def main():
         p.add_argument("--others", type=float, default=0.1,
                        help="cores others may use during a run (default 0.1; a large value "
                             "turns the quiet check off, for trying the script out)")
+        p.add_argument("--avx2", action="store_true",
+                       help="AVX2 code paths on both sides (see above)")
         if name == "attention":
             p.add_argument("--lengths", default="1024,4096")
             p.add_argument("--reps", type=int, default=5)
@@ -225,8 +270,10 @@ def main():
             p.add_argument("--prompt", type=int, default=16)
             p.add_argument("--tokens", type=int, default=256)
     a = ap.parse_args()
-    global OTHERS
+    global OTHERS, AVX2
     OTHERS = a.others
+    AVX2 = a.avx2
+    check_build(a.build)
     {"attention": attention, "train": train, "generate": generate}[a.what](a)
 
 
