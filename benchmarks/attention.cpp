@@ -208,8 +208,8 @@ int main(int argc, char** argv) {
   const double rate = sgemm_gflops(reps);
   std::printf(
       "attention, float, B = 1, H = 8, Dh = 64, %d threads; SGEMM (attn::gemm, n = 2048): %.1f "
-      "GFLOP/s\n",
-      threads, rate);
+      "GFLOP/s, %s\n",
+      threads, rate, attn::gemm_backend_name().c_str());
   std::printf(
       "     T mask    |  fused ms  GFLOP/s %%GEMM | fused f+b | plain ms GFLOP/s | plain f+b | "
       "speedup fwd, f+b\n");
