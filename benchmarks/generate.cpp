@@ -7,7 +7,8 @@
 //
 // The prompt is tokens 1, 2, ..., --prompt (default 1). Each path runs once untimed; the cached
 // one is then timed --reps times (default 5; the median is printed, one call takes a fraction of
-// a second), the uncached one once. benchmarks/torch_generate.py is the PyTorch side
+// a second), the uncached one once. --gemm picks attn::gemm's backend (auto: the library's
+// default; eigen; openblas). benchmarks/torch_generate.py is the PyTorch side
 // (benchmarks/vs_torch.py generate runs both).
 #include <algorithm>
 #include <attn/attn.hpp>
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   int threads = 2;
   index_t tokens = 500, prompt_length = 1;
   int reps = 5;
+  std::string gemm = "auto";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--config"))
       which = argv[i + 1];
@@ -48,23 +50,31 @@ int main(int argc, char** argv) {
       prompt_length = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps"))
       reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gemm"))
+      gemm = argv[i + 1];
     else {
       std::fprintf(
           stderr,
-          "usage: %s [--config demo|A|B] [--threads N] [--prompt N] [--tokens N] [--reps R]\n",
+          "usage: %s [--config demo|A|B] [--threads N] [--prompt N] [--tokens N] [--reps R] "
+          "[--gemm auto|eigen|openblas]\n",
           argv[0]);
       return 2;
     }
   }
   const Config* cfg = bench::find_gpt_shape(which.c_str());
+  const bool gemm_ok =
+      gemm == "auto" || gemm == "eigen" || (gemm == "openblas" && attn::have_openblas());
   if (cfg == nullptr || threads < 1 || tokens < 1 || reps < 1 || prompt_length < 1 ||
-      prompt_length > cfg->block) {
+      prompt_length > cfg->block || !gemm_ok) {
     std::fprintf(stderr,
                  "bad arguments (config demo, A or B; threads, tokens, reps >= 1; 1 <= prompt <= "
-                 "the configuration's block)\n");
+                 "the configuration's block; gemm auto, eigen, or openblas when built with "
+                 "OpenBLAS)\n");
     return 2;
   }
   attn::set_num_threads(threads);
+  if (gemm == "eigen") attn::set_gemm_backend(attn::GemmBackend::eigen);
+  if (gemm == "openblas") attn::set_gemm_backend(attn::GemmBackend::openblas);
 
   attn::nn::GPT<Attn> model(bench::gpt_config(*cfg));
   std::vector<std::int32_t> prompt(static_cast<std::size_t>(prompt_length));
@@ -73,10 +83,10 @@ int main(int argc, char** argv) {
 
   std::printf(
       "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld), %d threads, "
-      "%lld tokens from a %lld-token prompt\n",
+      "%lld tokens from a %lld-token prompt, GEMM: %s\n",
       cfg->name, (long long)cfg->vocab, (long long)cfg->layers, (long long)cfg->heads,
       (long long)cfg->embd, (long long)cfg->block, threads, (long long)tokens,
-      (long long)prompt_length);
+      (long long)prompt_length, attn::gemm_backend_name().c_str());
   double rate[2] = {0, 0};
   std::vector<std::int32_t> drawn[2];
   for (const bool cached : {true, false}) {

@@ -21,8 +21,10 @@ struct Dims {
 // The sizes every product is checked at: degenerate, small and odd, large enough to be split
 // into several blocks along rows (m >= n) or along columns (m < n), and small outputs with a long
 // inner dimension, which gemm splits into 2 and 4 pieces of k.
-constexpr Dims kSizes[] = {{1, 1, 1},    {7, 13, 5},  {130, 67, 200}, {600, 70, 90},
-                           {9, 333, 21}, {1, 200, 3}, {24, 19, 2100}, {5, 40, 4500}};
+// Vectors among them ({1, ...}, {..., 1, ...}): gemm runs those with Eigen whatever the backend.
+constexpr Dims kSizes[] = {{1, 1, 1},     {7, 13, 5},  {130, 67, 200}, {600, 70, 90},
+                           {9, 333, 21},  {1, 200, 3}, {24, 19, 2100}, {5, 40, 4500},
+                           {1, 520, 260}, {300, 1, 40}};
 
 template <class T>
 std::vector<T> random_vector(attn::index_t n, attn::Rng& rng) {

@@ -114,12 +114,16 @@ namespace detail {
 // Runs OpenBLAS's OpenMP build when it is the backend: it stays single-threaded inside a parallel
 // region, and outside one with one thread or below its own threading threshold (which every
 // unsplit product here is). beta = 0 does not read C, so NaN in C does not leak into the result.
+// A vector product (m or n = 1: each step of cached generation) always runs Eigen, which does it
+// as a GEMV: OpenBLAS 0.3.21 sends it through its whole GEMM driver, packing both operands (only
+// its AVX-512 kernels have a small-matrix path), which made cached generation 2.4x slower with its
+// AVX2 (Zen) kernels; measured in docs/performance.md.
 template <class T>
 void strided_gemm(const T* a, bool ta, index_t lda, const T* b, bool tb, index_t ldb, T* c,
                   index_t ldc, index_t m, index_t n, index_t k, bool accumulate) {
 #ifdef ATTN_USE_OPENBLAS
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (gemm_backend() == GemmBackend::openblas) {
+    if (gemm_backend() == GemmBackend::openblas && m > 1 && n > 1) {
       const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
       const auto M = static_cast<blasint>(m), N = static_cast<blasint>(n),
                  K = static_cast<blasint>(k);
