@@ -15,8 +15,10 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
+#include "../core/fast_math.hpp"
 #include "../core/shape.hpp"
 
 namespace attn::detail {
@@ -163,8 +165,39 @@ T row_max(const T* row, index_t n) {
   return std::max(m, predux_max(mx));
 }
 
-// row[0, n) ← exp(row − shift) with −∞ (masked) entries exactly 0; returns the sum. (Eigen's
-// vectorised exp returns a tiny denormal for −∞, not 0.)
+// e^x on a packet of floats for x <= 88.37, exactly 0 below −87.34 (so for −∞, a masked score):
+// exp_fast's method (core/fast_math.hpp) with the polynomial evaluated as two chains at once.
+// exp_row_sum uses it on packets of 4 and 8 floats, where Eigen's pexp (rounding by floor, 2^n
+// built in two steps) takes 1.6 times as long, and 4 times on rows with masked entries (its result
+// for −∞ is a denormal, slow to compute). Eigen's AVX-512 pexp is as fast as this and is kept.
+// Measured by `bench_attention --exp` (docs/performance.md, "AVX2 code paths").
+template <class P>
+EIGEN_ALWAYS_INLINE P pexp_float(const P& x) {
+  using namespace Eigen::internal;
+  using C = ExpFloat;
+  using Pi = typename unpacket_traits<P>::integer_packet;
+  const P lo = pset1<P>(C::lo);
+  const P xc = pmin(pmax(x, lo), pset1<P>(C::hi));
+  const P t = pmadd(xc, pset1<P>(C::log2e), pset1<P>(C::shifter));
+  const P n = psub(t, pset1<P>(C::shifter));
+  const P r = pmadd(n, pset1<P>(-C::ln2_lo), pmadd(n, pset1<P>(-C::ln2_hi), xc));
+  const P r2 = pmul(r, r);
+  const P odd =
+      pmadd(pmadd(pmadd(pset1<P>(C::p0), r, pset1<P>(C::p1)), r, pset1<P>(C::p2)), pmul(r2, r),
+            pmadd(pmadd(pset1<P>(C::p3), r, pset1<P>(C::p4)), r, pset1<P>(C::p5)));
+  const P er = pmadd(odd, r2, padd(r, pset1<P>(1.0f)));
+  const Pi bits = plogical_shift_left<23>(padd(preinterpret<Pi>(t), pset1<Pi>(C::exponent_bias)));
+  return pand(pmul(er, preinterpret<P>(bits)), pcmp_le(lo, x));
+}
+
+// Whether exp_row_sum<T> takes pexp_float (packets of 4 or 8 floats) or Eigen's pexp.
+template <class T>
+inline constexpr bool use_pexp_float = std::is_same_v<T, float> &&
+                                       (packet_size<T> > 1 && packet_size<T> <= 8);
+
+// row[0, n) ← exp(row − shift) with −∞ (masked) entries exactly 0; returns the sum. The caller's
+// shift is at least the row's maximum (a running maximum or the log-sum-exp), so the exponents
+// are <= 0. (Eigen's vectorised exp returns a tiny denormal for −∞, not 0.)
 template <class T>
 T exp_row_sum(T* row, index_t n, T shift) {
   using namespace Eigen::internal;
@@ -176,8 +209,12 @@ T exp_row_sum(T* row, index_t n, T shift) {
   for_packets<T>(
       n,
       [&](index_t j) {
-        const P x = ploadu<P>(row + j);
-        const P e = pselect(pcmp_eq(x, pinf), zero, pexp(psub(x, ps)));
+        const P x = psub(ploadu<P>(row + j), ps);
+        P e;
+        if constexpr (std::is_same_v<T, float> && packet_size < T >> 1 && packet_size<T> <= 8)
+          e = pexp_float(x);
+        else
+          e = pselect(pcmp_eq(x, pinf), zero, pexp(x));
         pstoreu(row + j, e);
         sum = padd(sum, e);
       },

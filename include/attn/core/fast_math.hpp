@@ -20,6 +20,26 @@
 
 namespace attn {
 
+namespace detail {
+
+// The float exp's constants, shared by exp_fast and its packet form (pexp_float in
+// attention/tile_gemm.hpp).
+struct ExpFloat {
+  static constexpr float hi = 88.37f, lo = -87.33654f;  // n <= 127 below hi; e^lo ≈ 2^-126
+  static constexpr float overflow = 88.72283f;          // e^x is +∞ in float above
+  static constexpr float log2e = 1.44269504088896341f;
+  // Adding 1.5 ⋅ 2^23 rounds to an integer n and leaves n in the low mantissa bits.
+  static constexpr float shifter = 12582912.0f;
+  static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;  // ln2 = hi + lo
+  // e^r ≈ 1 + r + r² (p0 r⁵ + p1 r⁴ + … + p5) on |r| <= ln2/2 (Cephes' expf.c).
+  static constexpr float p0 = 1.9875691500e-4f, p1 = 1.3981999507e-3f, p2 = 8.3334519073e-3f,
+                         p3 = 4.1665795894e-2f, p4 = 1.6666665459e-1f, p5 = 5.0000001201e-1f;
+  // (bits of x ⋅ log2e + shifter) + exponent_bias, shifted left by 23: the bits of 2^n.
+  static constexpr std::int32_t exponent_bias = 127 - 0x4B400000;
+};
+
+}  // namespace detail
+
 // e^x. Float: x = n ln2 + r with |r| <= ln2/2 (Cody and Waite's two-part ln2 keeps r exact to a
 // few ulp), e^r by Cephes' degree-6 polynomial (expf.c), and 2^n put into the exponent bits.
 template <class T>
@@ -27,26 +47,24 @@ inline T exp_fast(T x) {
   if constexpr (!std::is_same_v<T, float>) {
     return std::exp(x);
   } else {
-    constexpr float hi = 88.37f, lo = -87.33654f;  // n <= 127 below hi; e^lo ≈ 2^-126
+    using C = detail::ExpFloat;
     // Clamp (NaN becomes 0 here and is restored at the end), so the integer work below is defined.
-    const float xc = x > hi ? hi : (x < lo ? lo : (x == x ? x : 0.0f));
-    // n = round(x / ln2) by the 1.5 ⋅ 2^23 trick: adding it leaves n in the low mantissa bits.
-    constexpr float shifter = 12582912.0f;
-    const float t = xc * 1.44269504088896341f + shifter;
-    const float n = t - shifter;
-    const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;  // ln2 = 0.693359375 − 2.12e-4
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    const float xc = x > C::hi ? C::hi : (x < C::lo ? C::lo : (x == x ? x : 0.0f));
+    const float t = xc * C::log2e + C::shifter;
+    const float n = t - C::shifter;
+    const float r = (xc - n * C::ln2_hi) - n * C::ln2_lo;
+    float p = C::p0;
+    p = p * r + C::p1;
+    p = p * r + C::p2;
+    p = p * r + C::p3;
+    p = p * r + C::p4;
+    p = p * r + C::p5;
     const float er = p * r * r + r + 1.0f;
     // 2^n: n + 127 in the exponent field (n in [-126, 127] after the clamp).
-    const std::int32_t bits = (std::bit_cast<std::int32_t>(t) - 0x4B400000 + 127) << 23;
+    const std::int32_t bits = (std::bit_cast<std::int32_t>(t) + C::exponent_bias) << 23;
     const float y = er * std::bit_cast<float>(bits);
-    const float big = x > 88.72283f ? std::numeric_limits<float>::infinity() : y;
-    return x == x ? (x < lo ? 0.0f : big) : x;
+    const float big = x > C::overflow ? std::numeric_limits<float>::infinity() : y;
+    return x == x ? (x < C::lo ? 0.0f : big) : x;
   }
 }
 
