@@ -75,10 +75,13 @@ inline Layout layout_for(const Shape& leaf, const Shape& out) {
 }
 
 // How eval and backprop find element (r, c) of a leaf. strided: through its layout (any
-// broadcast). flat: every leaf has the output's shape, c is the flat index. flat_all_grad: flat,
-// and every leaf receives a gradient. The flat walks need no per-leaf arithmetic or tests, so the
-// loops calling them vectorise.
-enum class Walk { strided, flat, flat_all_grad };
+// broadcast). flat: every leaf has the output's shape, c is the flat index. flat_write and
+// flat_add: flat, and every leaf receives a gradient that it writes (its node's first
+// contribution) or adds to. The flat walks need no per-leaf arithmetic, so the loops calling them
+// vectorise; flat_write and flat_add need no test either. (A select between `d + grad` and
+// `grad` leaves the addition conditional, and GCC, keeping floating-point traps by default, does
+// not vectorise a conditional addition without AVX-512's masks.)
+enum class Walk { strided, flat, flat_write, flat_add };
 
 // A Var inside an expression.
 template <class T>
@@ -136,7 +139,11 @@ struct Leaf : ExpressionTag {
   }
   template <Walk W = Walk::strided>
   void backprop(index_t r, index_t c, T grad, const Cache&) const {
-    if (W == Walk::flat_all_grad || g) {
+    if constexpr (W == Walk::flat_write) {
+      g[c] = grad;
+    } else if constexpr (W == Walk::flat_add) {
+      g[c] += grad;
+    } else if (g) {
       T& d = g[index<W>(r, c)];
       d = keep != T{0} ? d + grad : grad;
     }
@@ -570,8 +577,11 @@ struct ElementwiseOp {
       b.backprop(r, c, g[r * D + c], k);
     };
     (void)tape;
-    bool all_grad = true;
-    b.for_each_leaf([&](const auto& leaf) { all_grad = all_grad && leaf.g != nullptr; });
+    bool all_write = true, all_add = true;  // every leaf receives a gradient, and writes / adds
+    b.for_each_leaf([&](const auto& leaf) {
+      all_write = all_write && leaf.g != nullptr && leaf.keep == T{0};
+      all_add = all_add && leaf.g != nullptr && leaf.keep != T{0};
+    });
     // Every operand has the output's shape: one flat loop per row, which vectorises.
     auto flat = [&](auto walk) {
       constexpr Walk W = decltype(walk)::value;
@@ -586,8 +596,10 @@ struct ElementwiseOp {
         }
       });
     };
-    if (all_full(b, out) && all_grad) {
-      flat(std::integral_constant<Walk, Walk::flat_all_grad>{});
+    if (all_full(b, out) && all_write) {
+      flat(std::integral_constant<Walk, Walk::flat_write>{});
+    } else if (all_full(b, out) && all_add) {
+      flat(std::integral_constant<Walk, Walk::flat_add>{});
     } else if (all_full(b, out)) {
       flat(std::integral_constant<Walk, Walk::flat>{});
     } else if (scalar_grad) {

@@ -38,6 +38,17 @@ struct ExpFloat {
   static constexpr std::int32_t exponent_bias = 127 - 0x4B400000;
 };
 
+// c ? a : b for floats, by bit masks. With a ternary that selects a constant, GCC's
+// partial-redundancy pass splits the arithmetic after it into two paths; keeping floating-point
+// traps (-ftrapping-math, its default) it cannot merge them back into vector selects without
+// AVX-512's masks, so with AVX2 the loops calling exp_fast and erf_fast stayed scalar. The masks
+// leave no branch to split.
+inline float select_bits(bool c, float a, float b) {
+  const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
+  return std::bit_cast<float>((std::bit_cast<std::uint32_t>(a) & m) |
+                              (std::bit_cast<std::uint32_t>(b) & ~m));
+}
+
 }  // namespace detail
 
 // e^x. Float: x = n ln2 + r with |r| <= ln2/2 (Cody and Waite's two-part ln2 keeps r exact to a
@@ -48,8 +59,11 @@ inline T exp_fast(T x) {
     return std::exp(x);
   } else {
     using C = detail::ExpFloat;
+    const bool nan = x != x, below = (x < C::lo), above = (x > C::hi), overflow = (x > C::overflow);
     // Clamp (NaN becomes 0 here and is restored at the end), so the integer work below is defined.
-    const float xc = x > C::hi ? C::hi : (x < C::lo ? C::lo : (x == x ? x : 0.0f));
+    float xc = detail::select_bits(above, C::hi, x);
+    xc = detail::select_bits(below, C::lo, xc);
+    xc = detail::select_bits(nan, 0.0f, xc);
     const float t = xc * C::log2e + C::shifter;
     const float n = t - C::shifter;
     const float r = (xc - n * C::ln2_hi) - n * C::ln2_lo;
@@ -62,9 +76,10 @@ inline T exp_fast(T x) {
     const float er = p * r * r + r + 1.0f;
     // 2^n: n + 127 in the exponent field (n in [-126, 127] after the clamp).
     const std::int32_t bits = (std::bit_cast<std::int32_t>(t) + C::exponent_bias) << 23;
-    const float y = er * std::bit_cast<float>(bits);
-    const float big = x > C::overflow ? std::numeric_limits<float>::infinity() : y;
-    return x == x ? (x < C::lo ? 0.0f : big) : x;
+    float y = er * std::bit_cast<float>(bits);
+    y = detail::select_bits(overflow, std::numeric_limits<float>::infinity(), y);
+    y = detail::select_bits(below, 0.0f, y);
+    return detail::select_bits(nan, x, y);
   }
 }
 
@@ -75,7 +90,8 @@ inline T erf_fast(T x) {
   if constexpr (!std::is_same_v<T, float>) {
     return std::erf(x);
   } else {
-    const float xc = x > 4.0f ? 4.0f : (x < -4.0f ? -4.0f : x);  // NaN stays NaN
+    // Clamped to [-4, 4]; NaN stays NaN.
+    const float xc = detail::select_bits(x < -4.0f, -4.0f, detail::select_bits(x > 4.0f, 4.0f, x));
     const float x2 = xc * xc;
     float p = -2.72614225801306e-10f;
     p = p * x2 + 2.77068142495902e-08f;
