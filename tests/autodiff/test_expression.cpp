@@ -1,5 +1,5 @@
 // Elementwise expressions: one tape node per chain, values equal to the formula, broadcasting
-// rules and their errors.
+// rules and their errors, and the backward's gradients in each of its cases.
 #include <doctest/doctest.h>
 
 #include <attn/attn.hpp>
@@ -108,4 +108,64 @@ TEST_CASE("elementwise results do not depend on the thread count") {
   CHECK(y1 == y2);
   CHECK(attn::max_abs_diff(gx1, gx2) == 0.0);
   CHECK(attn::max_abs_diff(gb1, gb2) == 0.0);
+}
+
+TEST_CASE("elementwise backward: operands that write, add to, repeat or skip a gradient") {
+  // The backward runs one of several loops: every operand writes its node's first contribution,
+  // every operand adds to an earlier one, or the general loop (a node twice in the expression,
+  // operands that mix the two, one without a gradient). Each case against gradients derived by
+  // hand. Nodes' backward passes run in reverse order of recording, so in `a = eval(...); b =
+  // eval(...)` b's contributions come first.
+  attn::Rng rng(5);
+  const Shape shape{5, 7};
+  const Tensor<double> xv = Tensor<double>::randn(shape, rng),
+                       yv = Tensor<double>::randn(shape, rng),
+                       zv = Tensor<double>::randn(shape, rng);
+  using V = attn::Var<double>;
+  struct Grads {
+    Tensor<double> x, y;
+  };
+  auto run = [&](auto&& loss) {
+    attn::Tape<double> tape;
+    const V x = tape.leaf(xv, true), y = tape.leaf(yv, true), z = tape.leaf(zv, false);
+    tape.backward(loss(x, y, z));
+    return Grads{Tensor<double>(x.grad()), Tensor<double>(y.grad())};
+  };
+  auto expect = [&](const Tensor<double>& got, auto&& want) {
+    for (attn::index_t i = 0; i < got.numel(); ++i)
+      CHECK(got.data()[i] == doctest::Approx(want(xv.data()[i], yv.data()[i], zv.data()[i])));
+  };
+  SUBCASE("both operands write") {
+    const Grads g = run([](const V& x, const V& y, const V&) { return attn::sum(x * y); });
+    expect(g.x, [](double, double y, double) { return y; });
+    expect(g.y, [](double x, double, double) { return x; });
+  }
+  SUBCASE("both operands add") {
+    const Grads g = run([](const V& x, const V& y, const V&) {
+      const V a = attn::eval(x * y);
+      const V b = attn::eval(x + 2.0 * y);
+      return attn::sum(a) + attn::sum(b);
+    });
+    expect(g.x, [](double, double y, double) { return y + 1; });
+    expect(g.y, [](double x, double, double) { return x + 2; });
+  }
+  SUBCASE("one operand writes, the other adds") {
+    const Grads g = run([](const V& x, const V& y, const V&) {
+      const V a = attn::eval(x * y);
+      const V b = attn::eval(3.0 * y);
+      return attn::sum(a) + attn::sum(b);
+    });
+    expect(g.x, [](double, double y, double) { return y; });
+    expect(g.y, [](double x, double, double) { return x + 3; });
+  }
+  SUBCASE("a node twice in one expression") {
+    const Grads g = run([](const V& x, const V& y, const V&) { return attn::sum(x * x * y); });
+    expect(g.x, [](double x, double y, double) { return 2 * x * y; });
+    expect(g.y, [](double x, double, double) { return x * x; });
+  }
+  SUBCASE("an operand without a gradient") {
+    const Grads g = run([](const V& x, const V& y, const V& z) { return attn::sum(x * z + y); });
+    expect(g.x, [](double, double, double z) { return z; });
+    expect(g.y, [](double, double, double) { return 1.0; });
+  }
 }
