@@ -190,31 +190,40 @@ EIGEN_ALWAYS_INLINE P pexp_float(const P& x) {
   return pand(pmul(er, preinterpret<P>(bits)), pcmp_le(lo, x));
 }
 
-// Whether exp_row_sum<T> takes pexp_float (packets of 4 or 8 floats) or Eigen's pexp.
+// e^x on any packet with −∞ giving exactly 0, by Eigen's pexp (which returns a tiny denormal for
+// −∞).
+template <class P>
+EIGEN_ALWAYS_INLINE P pexp_masked(const P& x) {
+  using namespace Eigen::internal;
+  using T = typename unpacket_traits<P>::type;
+  return pselect(pcmp_eq(x, pset1<P>(-std::numeric_limits<T>::infinity())), pzero(x), pexp(x));
+}
+
+// Whether exp_row_sum<T> takes pexp_float (packets of 4 or 8 floats) or pexp_masked.
 template <class T>
 inline constexpr bool use_pexp_float = std::is_same_v<T, float> &&
                                        (packet_size<T> > 1 && packet_size<T> <= 8);
 
 // row[0, n) ← exp(row − shift) with −∞ (masked) entries exactly 0; returns the sum. The caller's
 // shift is at least the row's maximum (a running maximum or the log-sum-exp), so the exponents
-// are <= 0. (Eigen's vectorised exp returns a tiny denormal for −∞, not 0.)
+// are <= 0.
 template <class T>
 T exp_row_sum(T* row, index_t n, T shift) {
   using namespace Eigen::internal;
   using P = Packet<T>;
   constexpr T ninf = -std::numeric_limits<T>::infinity();
-  const P ps = pset1<P>(shift), pinf = pset1<P>(ninf), zero = pset1<P>(T{0});
-  P sum = zero;
+  const P ps = pset1<P>(shift);
+  P sum = pset1<P>(T{0});
   T s = 0;
   for_packets<T>(
       n,
       [&](index_t j) {
         const P x = psub(ploadu<P>(row + j), ps);
         P e;
-        if constexpr (std::is_same_v<T, float> && packet_size < T >> 1 && packet_size<T> <= 8)
+        if constexpr (use_pexp_float<T>)
           e = pexp_float(x);
         else
-          e = pselect(pcmp_eq(x, pinf), zero, pexp(x));
+          e = pexp_masked(x);
         pstoreu(row + j, e);
         sum = padd(sum, e);
       },

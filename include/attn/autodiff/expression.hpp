@@ -596,11 +596,12 @@ struct ElementwiseOp {
         }
       });
     };
-    if (all_full(b, out) && all_write) {
+    const bool full = all_full(b, out);
+    if (full && all_write) {
       flat(std::integral_constant<Walk, Walk::flat_write>{});
-    } else if (all_full(b, out) && all_add) {
+    } else if (full && all_add) {
       flat(std::integral_constant<Walk, Walk::flat_add>{});
-    } else if (all_full(b, out)) {
+    } else if (full) {
       flat(std::integral_constant<Walk, Walk::flat>{});
     } else if (scalar_grad) {
       // A one-element operand's gradient sums every element: done in order, on one thread.
