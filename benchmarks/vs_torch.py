@@ -19,8 +19,10 @@ and they slow its kernels). --csv FILE also writes every measurement, one row ea
 even ones, and takes each side's best over the rounds. On a virtual machine whose speed drifts
 by more than the gap being measured (one of the project's Zen 3 guests ran the same binary 1.7x
 slower from one minute to the next, with nothing else running in it), a single round compares
-two moments of the machine rather than two libraries; alternating rounds give both sides the
-machine's fast moments. The per-round figures are printed too, so the drift shows.
+two moments of the machine rather than two libraries; alternating rounds give both sides a
+chance at the machine's fast moments (no guarantee: on that guest three rounds of ten minutes
+each still caught one side slow in all three). The per-round figures are printed, so the drift
+shows.
 
 --avx2 measures both sides' AVX2 code paths on an AVX-512 machine, what a Zen 3 (AVX2, no
 AVX-512) runs: attn from a build without AVX-512 (the release-avx2 preset, -march=znver3; the
