@@ -130,12 +130,13 @@ def rounds(a, torch_fn, attn_fn):
     return runs, ours
 
 
-def per_combo(runs, figure):
-    """{(torch threads, OpenBLAS threads): best figure(r) over the rounds} (higher is better)."""
+def combo_columns(runs, key):
+    """The table's four PyTorch columns: each combination's best figure over the rounds (higher
+    is better), in t1/b1, t1/b2, t2/b1, t2/b2 order."""
     out = {}
     for c, r in runs.items():
-        out[c[:2]] = max(out.get(c[:2], figure(r)), figure(r))
-    return out
+        out[c[:2]] = max(out.get(c[:2], r[0][key]), r[0][key])
+    return "  ".join(f"{out[c]:5.0f}" for c in sorted(out))
 
 
 def round_best(runs, n, key):
@@ -287,8 +288,7 @@ def train(a):
     print("config | attn tokens/s  RSS GiB | PyTorch t1/b1  t1/b2  t2/b1  t2/b2 | "
           "best (RSS GiB)     | ratio")
     for cfg, toks, rss, tb, tc, trss, runs in table:
-        combos = per_combo(runs, lambda r: r[0]["tokens_per_s"])
-        each = "  ".join(f"{combos[c]:5.0f}" for c in sorted(combos))
+        each = combo_columns(runs, "tokens_per_s")
         print(f"{cfg:6s} | {max(toks):13.0f} {rss:8.2f} | {each:>33s} | "
               f"{tb:5.0f} {combo_name(tc)} ({trss:.2f}) | {max(toks) / tb:.2f}x")
         print_rounds("tokens/s", toks, round_best(runs, a.rounds, "tokens_per_s"))
@@ -310,8 +310,7 @@ def generate(a):
         toks = [float(re.search(r"^\s+cache\s+([\d.]+) tokens/s", out, re.M).group(1))
                 for out in outs]
         tb, tc = best(runs, lambda r: r[0], "tokens_per_s", lower_is_better=False)
-        combos = per_combo(runs, lambda r: r[0]["tokens_per_s"])
-        each = "  ".join(f"{combos[c]:5.0f}" for c in sorted(combos))
+        each = combo_columns(runs, "tokens_per_s")
         print(f"{cfg:6s} | {max(toks):13.0f} | {each:>33s} | {tb:5.0f} {combo_name(tc)} | "
               f"{max(toks) / tb:.2f}x")
         print_rounds("tokens/s", toks, round_best(runs, a.rounds, "tokens_per_s"))
