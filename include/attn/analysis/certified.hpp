@@ -174,6 +174,10 @@ inline std::vector<index_t> merge_copies(const Mat& x, double radius) {
 // The corral S (the points whose affine hull holds the iterate) keeps the Cholesky factor R of
 // G̃ = 1 1ᵀ + PᵀP, P = [z_s − z_i]_{s∈S}: the affine minimiser of the corral is α ∝ G̃⁻¹ 1
 // (on Σα = 1, αᵀG̃α = ‖Pα‖² + 1), and adding or removing a point updates R in O(|S|²).
+// With the Gram matrix of z's columns (`gram`: the caller's whitened Gram), R's new column reads
+// the corral's inner products off it (⟨z_s − z_i, z_j − z_i⟩ = G_sj − G_si − G_ij + G_ii, O(|S|)
+// instead of a gemv over r rows); their rounding (ε max_k G_kk instead of ε ‖z_s − z_i‖ ‖z_j −
+// z_i‖) only steers the iterations, since every answer and certificate comes from x = Pλ itself.
 class MinNormPoint {
  public:
   struct Result {
@@ -186,16 +190,20 @@ class MinNormPoint {
   };
 
   // s_min and s_max bound L's singular values (only used to skip exact norms when not needed).
+  // gram: zᵀz, or null (see above).
   MinNormPoint(const Mat& z, double vertex_gap, double interior_gap, const Mat* metric = nullptr,
-               double s_min = 1, double s_max = 1)
+               double s_min = 1, double s_max = 1, const Mat* gram = nullptr)
       : z_(z),
         vertex_gap_(vertex_gap),
         interior_gap_(interior_gap),
         metric_(metric),
         s_min_(s_min),
-        s_max_(s_max) {
+        s_max_(s_max),
+        gram_(gram) {
     const index_t r = z.rows(), cap = r + 2, m = z.cols();
     chol_.resize(cap, cap);
+    inv_diag_.resize(cap);
+    f_.resize(cap);
     p_.resize(r, cap);
     lambda_.resize(cap);
     v_.resize(cap);
@@ -333,19 +341,26 @@ class MinNormPoint {
   bool add(index_t a) {
     const index_t s = size_;
     if (s + 1 > chol_.rows()) return false;
-    p_.col(s) = z_.col(wglob_[std::size_t(a)]) - zi_;
+    const index_t j = wglob_[std::size_t(a)];
+    p_.col(s) = z_.col(j) - zi_;
     auto b = b_.head(s);
     b.setOnes();
-    if (s > 0) {
+    if (gram_) {
+      const Mat& g = *gram_;
+      const double gij = g(i_, j);
+      for (index_t t = 0; t < s; ++t) b(t) += g(corral_[std::size_t(t)], j) - f_(t) - gij;
+      f_(s) = gij - g(i_, i_);
+    } else if (s > 0) {
       b.noalias() += p_.leftCols(s).transpose() * p_.col(s);
-      chol_.topLeftCorner(s, s).triangularView<Eigen::Upper>().transpose().solveInPlace(b);
     }
+    solve_upper_transposed(b);
     const double c = 1.0 + p_.col(s).squaredNorm();
     const double rho2 = c - b.squaredNorm();
     if (!(rho2 > 1e-13 * c)) return false;
     chol_.col(s).head(s) = b;
     chol_(s, s) = std::sqrt(rho2);
-    v_(s) = (1.0 - b.dot(v_.head(s))) / chol_(s, s);  // row s of Rᵀ v = 1
+    inv_diag_(s) = 1.0 / chol_(s, s);
+    v_(s) = (1.0 - b.dot(v_.head(s))) * inv_diag_(s);  // row s of Rᵀ v = 1
     corral_.push_back(wglob_[std::size_t(a)]);
     ++size_;
     return true;
@@ -359,14 +374,25 @@ class MinNormPoint {
       chol_.col(c).head(s) = chol_.col(c + 1).head(s);
       p_.col(c) = p_.col(c + 1);
       lambda_(c) = lambda_(c + 1);
+      f_(c) = f_(c + 1);
     }
+    // Rows row and row + 1 turn by the rotation J = [c σ; −σ c] that zeroes R(row + 1, row).
+    const auto rotate = [](double& a, double& b, double c, double sigma) {
+      const double ra = a, rb = b;
+      a = c * ra + sigma * rb;
+      b = c * rb - sigma * ra;
+    };
     for (index_t row = k; row + 1 < s; ++row) {
-      Eigen::JacobiRotation<double> g;
-      g.makeGivens(chol_(row, row), chol_(row + 1, row));
-      chol_.block(row, row, 2, s - 1 - row).applyOnTheLeft(0, 1, g.adjoint());
+      // (Entries of R are at most √(1 + max ‖z_j − z_i‖²): no overflow to guard against.)
+      const double a = chol_(row, row), b = chol_(row + 1, row), h = std::sqrt(a * a + b * b);
+      const double c = a / h, sigma = b / h;
+      chol_(row, row) = h;
       chol_(row + 1, row) = 0.0;
+      for (index_t col = row + 1; col + 1 < s; ++col)
+        rotate(chol_(row, col), chol_(row + 1, col), c, sigma);
       // Rᵀv = 1 minus equation k is R_delᵀ v = 1; with R' = J R_del, R'ᵀ (J v) = 1.
-      v_.segment(row, 2).applyOnTheLeft(0, 1, g.adjoint());
+      rotate(v_(row), v_(row + 1), c, sigma);
+      inv_diag_(row) = 1.0 / h;
     }
     corral_.erase(corral_.begin() + k);
     --size_;
@@ -380,7 +406,7 @@ class MinNormPoint {
       // G̃⁻¹ 1 = R⁻¹ (R⁻ᵀ 1) = R⁻¹ v, with v kept up to date by add() and remove().
       auto u = u_.head(s);
       u = v_.head(s);
-      chol_.topLeftCorner(s, s).triangularView<Eigen::Upper>().solveInPlace(u);
+      solve_upper(u);
       const double total = u.sum();
       if (!(std::abs(total) > 0) || !std::isfinite(total)) return false;
       u /= total;  // α
@@ -406,6 +432,24 @@ class MinNormPoint {
       x_.noalias() = p_.leftCols(size_) * lambda_.head(size_);
     }
     return false;
+  }
+
+  // u ← R⁻¹ u for the corral's R (size_ × size_), column by column: an axpy over a contiguous
+  // column per step, with the reciprocal diagonal (Eigen's blocked solver took about twice as
+  // long at these sizes).
+  template <class V>
+  void solve_upper(V&& u) const {
+    for (index_t k = u.size() - 1; k >= 0; --k) {
+      const double uk = u(k) * inv_diag_(k);
+      u(k) = uk;
+      u.head(k) -= uk * chol_.col(k).head(k);
+    }
+  }
+  // b ← R⁻ᵀ b, row by row: a dot product with R's column per step.
+  template <class V>
+  void solve_upper_transposed(V&& b) const {
+    for (index_t k = 0; k < b.size(); ++k)
+      b(k) = (b(k) - chol_.col(k).head(k).dot(b.head(k))) * inv_diag_(k);
   }
 
   Result& finish(Result& res) {
@@ -464,6 +508,9 @@ class MinNormPoint {
   double vertex_gap_, interior_gap_;
   const Mat* metric_;
   double s_min_, s_max_;
+  const Mat* gram_;  // zᵀz or null
+  Vec inv_diag_;     // 1 / diag(R)
+  Vec f_;            // with a Gram: G_si − G_ii for the corral's points s
   Vec tmp_;
   Vec zi_, x_, lambda_, all_scores_, v_, u_, b_;
   index_t i_ = 0, size_ = 0;
@@ -643,8 +690,10 @@ CertifiedVertices certified_vertices(const Tensor<T>& keys, const CertifyOptions
     }
     const bool wolfe_whitened = options.whiten_min_norm && whitened && s_min > 0;
     detail::MinNormPoint wolfe(z, 0.6 * t, 0.6 * t);
+    // On y, whose Gram g the own-direction test formed (r > 8), R's columns come off g.
     detail::MinNormPoint wolfe_y(wolfe_whitened ? y : z, 0.6 * t, 0.6 * t,
-                                 wolfe_whitened ? &ell : nullptr, s_min, s_max);
+                                 wolfe_whitened ? &ell : nullptr, s_min, s_max,
+                                 wolfe_whitened && g.size() > 0 ? &g : nullptr);
     bool by_whitened_wolfe = false;  // the last min_norm() answered on y
     const auto min_norm = [&](index_t a, const std::vector<index_t>& start,
                               const std::vector<index_t>& warm) -> const auto& {
