@@ -70,14 +70,15 @@ if(TARGET attn::dist AND MPIEXEC_EXECUTABLE)
     target_link_libraries(test_dist PRIVATE attn::dist attn::compiled attn_warnings doctest::doctest)
     foreach(_n 1 2 3)
       add_test(NAME dist_${_n}_ranks COMMAND ${ATTN_MPIRUN_LOOPBACK} -np ${_n} $<TARGET_FILE:test_dist>)
-      set_tests_properties(dist_${_n}_ranks PROPERTIES TIMEOUT 180 LABELS dist
+      # One process slot per rank (ctest runs a test that asks for more than -j alone).
+      set_tests_properties(dist_${_n}_ranks PROPERTIES TIMEOUT 180 LABELS dist PROCESSORS ${_n}
                            ENVIRONMENT "${ATTN_MPIRUN_ENV}")
     endforeach()
     # failure.sh <stop|kill> <seconds>: the job must end, non-zero, within that many seconds.
     foreach(_how stop kill)
       add_test(NAME dist_rank_${_how} COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/failure.sh
                ${_how} 20 ${ATTN_MPIRUN_LOOPBACK} -np 2 $<TARGET_FILE:test_dist> --fail ${_how} 3)
-      set_tests_properties(dist_rank_${_how} PROPERTIES TIMEOUT 60 LABELS dist
+      set_tests_properties(dist_rank_${_how} PROPERTIES TIMEOUT 60 LABELS dist PROCESSORS 2
                            ENVIRONMENT "${ATTN_MPIRUN_ENV}")
     endforeach()
     # char_gpt end to end (tests/dist/char_gpt.sh): 2 ranks = one process with 2 shards, resume
@@ -86,7 +87,7 @@ if(TARGET attn::dist AND MPIEXEC_EXECUTABLE)
       add_test(NAME dist_char_gpt COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/char_gpt.sh
                $<TARGET_FILE:char_gpt> ${PROJECT_SOURCE_DIR}/data/tinyshakespeare.txt
                ${CMAKE_CURRENT_BINARY_DIR}/dist_char_gpt ${ATTN_MPIRUN_LOOPBACK})
-      set_tests_properties(dist_char_gpt PROPERTIES TIMEOUT 180 LABELS dist
+      set_tests_properties(dist_char_gpt PROPERTIES TIMEOUT 180 LABELS dist PROCESSORS 2
                            ENVIRONMENT "${ATTN_MPIRUN_ENV}")
     endif()
   else()
