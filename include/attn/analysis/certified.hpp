@@ -361,7 +361,7 @@ class MinNormPoint {
     chol_(s, s) = std::sqrt(rho2);
     inv_diag_(s) = 1.0 / chol_(s, s);
     v_(s) = (1.0 - b.dot(v_.head(s))) * inv_diag_(s);  // row s of Rᵀ v = 1
-    corral_.push_back(wglob_[std::size_t(a)]);
+    corral_.push_back(j);
     ++size_;
     return true;
   }
