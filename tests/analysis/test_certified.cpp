@@ -216,6 +216,28 @@ TEST_CASE("certified_vertices: Wolfe on the keys' own coordinates (the fallback)
   }
 }
 
+TEST_CASE(
+    "certified_vertices' Gram matrix: every element, for sizes around the 8 x 8 mirror blocks") {
+  // The whitened Gram steers the own-direction test and Wolfe's iterations; it is formed as a
+  // lower triangle and mirrored, so check both halves against sums written out here.
+  attn::Rng rng(41);
+  for (const index_t n : {1, 7, 8, 9, 16, 61}) {
+    Eigen::MatrixXd y(5, n);
+    for (index_t j = 0; j < n; ++j)
+      for (index_t e = 0; e < 5; ++e) y(e, j) = rng.normal();
+    const Eigen::MatrixXd g = analysis::detail::gram(y);
+    REQUIRE(g.rows() == n);
+    REQUIRE(g.cols() == n);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (index_t e = 0; e < 5; ++e) s += y(e, i) * y(e, j);
+        INFO("n = ", n, ", element (", i, ", ", j, ")");
+        CHECK(g(i, j) == doctest::Approx(s).epsilon(1e-12));
+      }
+  }
+}
+
 TEST_CASE("certified_vertices: low dimension, most interior keys certified by simplex sweeps") {
   attn::Rng rng(31);
   const Tensor<double> k = attn::test::gaussian_keys(400, 3, rng);
