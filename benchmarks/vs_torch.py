@@ -6,6 +6,7 @@
     benchmarks/vs_torch.py generate --build build/release [--configs A,B]
     benchmarks/vs_torch.py train --avx2 --build build/release-avx2    # AVX2 code paths only
     benchmarks/vs_torch.py train --rounds 3    # on a machine whose speed drifts (see below)
+    benchmarks/vs_torch.py attention --lengths 4096 --reps 3 --pairs 5    # ratios pair by pair
 
 PyTorch runs in a fresh process for every combination of its intra-op threads (torch
 .set_num_threads: 1, 2) and OpenBLAS's threads (OPENBLAS_NUM_THREADS: 1, 2; OpenBLAS reads it when
@@ -23,6 +24,13 @@ two moments of the machine rather than two libraries; alternating rounds give bo
 chance at the machine's fast moments (no guarantee: on that guest three rounds of ten minutes
 each still caught one side slow in all three). The per-round figures are printed, so the drift
 shows.
+
+--pairs N (attention and train) then measures the ratio out of reach of drift over minutes: N
+pairs of one attn run and one run of each PyTorch combination that was best above, back to back
+(attn first in odd pairs, PyTorch first in even ones; attention with one timed run per figure),
+and prints each figure's ratio per pair as median (min-max), with the fused forward's share of
+the pair's best SGEMM. A pair compares the two libraries within a minute or so, not two moments
+of the machine minutes apart.
 
 --avx2 measures both sides' AVX2 code paths on an AVX-512 machine, what a Zen 3 (AVX2, no
 AVX-512) runs: attn from a build without AVX-512 (the release-avx2 preset, -march=znver3; the
@@ -102,15 +110,18 @@ def quiet(cmd, env):
     return proc.stdout
 
 
+def torch_run(script, args, combo):
+    """[json objects] of one PyTorch run with combo = (torch threads, OpenBLAS threads)."""
+    tt, ob = combo
+    print(f"vs_torch: {script}, torch threads {tt}, OpenBLAS threads {ob}", file=sys.stderr)
+    out = quiet([PYTHON, os.path.join(HERE, script), "--threads", str(tt), "--json", *args],
+                environment(ob))
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
 def torch_runs(script, args):
     """{(torch threads, OpenBLAS threads): [json objects]} for every combination."""
-    runs = {}
-    for tt, ob in itertools.product((1, 2), (1, 2)):
-        print(f"vs_torch: {script}, torch threads {tt}, OpenBLAS threads {ob}", file=sys.stderr)
-        out = quiet([PYTHON, os.path.join(HERE, script), "--threads", str(tt), "--json", *args],
-                    environment(ob))
-        runs[(tt, ob)] = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return runs
+    return {c: torch_run(script, args, c) for c in itertools.product((1, 2), (1, 2))}
 
 
 def rounds(a, torch_fn, attn_fn):
@@ -128,6 +139,26 @@ def rounds(a, torch_fn, attn_fn):
         if k % 2 == 1:
             ours.append(attn_fn())
     return runs, ours
+
+
+def pairs(a, combos, torch_fn, attn_fn):
+    """--pairs N: N pairs of one attn run (attn_fn()) and one run of each PyTorch combination in
+    combos (torch_fn(combo)), attn first in odd pairs, PyTorch first in even ones. Returns
+    [(attn_fn(), {combo: torch_fn(combo)})] per pair."""
+    out = []
+    for k in range(1, a.pairs + 1):
+        print(f"vs_torch: pair {k} of {a.pairs}", file=sys.stderr)
+        ours = attn_fn() if k % 2 == 1 else None
+        theirs = {c: torch_fn(c) for c in sorted(combos)}
+        out.append((ours if ours is not None else attn_fn(), theirs))
+    return out
+
+
+def spread(values, unit="x", digits=2):
+    """"median (min-max)" of a list: ratios by default, unit " %" and digits 0 for shares."""
+    v = sorted(values)
+    mid = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+    return f"{mid:.{digits}f}{unit} ({v[0]:.{digits}f}-{v[-1]:.{digits}f})"
 
 
 def combo_columns(runs, key):
@@ -209,6 +240,50 @@ def parse_bench_attention(out):
     return sgemm, ours
 
 
+def case(r, T, mask):
+    """The json object of one (T, mask) case in a torch_attention.py run, or None."""
+    return next((x for x in r if x.get("T") == T and x.get("mask") == mask), None)
+
+
+def attention_pairs(a, runs, rows):
+    """--pairs: the attention ratios pair by pair (see the module's docstring)."""
+    lengths = [int(t) for t in a.lengths.split(",")]
+    cases = list(itertools.product(lengths, ("none", "causal")))
+    keys = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
+    # Every combination that gave PyTorch's best for some figure above.
+    combos = {best(runs, lambda r, T=T, m=m: case(r, T, m), k)[1][:2]
+              for T, m in cases for k in keys}
+    got = pairs(a, combos,
+                lambda c: torch_run("torch_attention.py", ["--lengths", a.lengths, "--reps", "1"],
+                                    c),
+                lambda: parse_bench_attention(bench(a.build, "attention", [
+                    "--threads", str(a.threads), "--lengths", a.lengths, "--reps", "1"])))
+    print(f"\nIn {a.pairs} pairs (one timed run per side and figure, after a warm-up; PyTorch "
+          f"{', '.join(combo_name(c) for c in sorted(combos))}, its best per figure and pair): "
+          "ratios per pair, median (min-max)")
+    print("     T mask    | f+b: manual ÷ attn     MHA ÷ attn         | fwd: manual ÷ attn     "
+          "MHA ÷ attn         | attn fwd, % of the pair's best SGEMM")
+    for T, mask in cases:
+        ratio = {k: [] for k in keys}
+        share = []
+        for k, ((sgemm, ours), theirs) in enumerate(got, start=1):
+            o = ours[(T, mask)]
+            x = {c: case(r, T, mask) for c, r in theirs.items()}
+            for key in keys:
+                attn_ms = o["fused_fb_ms" if key.endswith("fb_ms") else "fused_fwd_ms"]
+                ratio[key].append(min(x[c][key] for c in x) / attn_ms)
+            top = max([sgemm] + [r[0]["sgemm_gflops"] for r in theirs.values()])
+            share.append(100 * o["fused_gflops"] / top)
+            rows.append({"what": "attention", "who": "attn", "threads": a.threads, "T": T,
+                         "mask": mask, "pair": k, "sgemm_gflops": sgemm, **o})
+            rows += [{"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
+                      "mask": mask, "pair": k, "sgemm_gflops": theirs[c][0]["sgemm_gflops"],
+                      **{key: x[c][key] for key in keys}} for c in x]
+        print(f"{T:6d} {mask:8s}| {spread(ratio['manual_fb_ms']):>20s} "
+              f"{spread(ratio['mha_fb_ms']):>20s} | {spread(ratio['manual_fwd_ms']):>20s} "
+              f"{spread(ratio['mha_fwd_ms']):>20s} | {spread(share, ' %', 0)}")
+
+
 def attention(a):
     lengths = [int(t) for t in a.lengths.split(",")]
     runs, outs = rounds(
@@ -241,7 +316,7 @@ def attention(a):
         o = ours[(T, mask)]
 
         def select(r, T=T, mask=mask):
-            return next((x for x in r if x.get("T") == T and x.get("mask") == mask), None)
+            return case(r, T, mask)
 
         f = {k: best(runs, select, k) for k in keys}
         theirs = " | ".join(
@@ -260,6 +335,8 @@ def attention(a):
                          "mask": mask, "round": c[2], **{k: x[k] for k in keys}})
     print_rounds("SGEMM GFLOP/s", [s for s, _ in outs],
                  round_best(runs, a.rounds, "sgemm_gflops"))
+    if a.pairs:
+        attention_pairs(a, runs, rows)
     write_csv(a.csv, rows)
 
 
@@ -292,6 +369,25 @@ def train(a):
         print(f"{cfg:6s} | {max(toks):13.0f} {rss:8.2f} | {each:>33s} | "
               f"{tb:5.0f} {combo_name(tc)} ({trss:.2f}) | {max(toks) / tb:.2f}x")
         print_rounds("tokens/s", toks, round_best(runs, a.rounds, "tokens_per_s"))
+    for cfg, _, _, _, tc, _, _ in table if a.pairs else []:
+        steps = "10" if cfg == "A" else "5"
+        got = pairs(a, {tc[:2]},
+                    lambda c: torch_run("torch_train_step.py", ["--config", cfg, "--steps", steps],
+                                        c),
+                    lambda: bench(a.build, "train_step", ["--config", cfg, "--threads",
+                                                          str(a.threads), "--steps", steps]))
+        ratios = []
+        for k, (out, theirs) in enumerate(got, start=1):
+            tok = float(re.search(r"tokens/s (\d+)", out).group(1))
+            (c, r), = theirs.items()
+            ratios.append(tok / r[0]["tokens_per_s"])
+            rows.append({"what": "train", "who": "attn", "config": cfg, "threads": a.threads,
+                         "pair": k, "tokens_per_s": tok})
+            rows.append({"what": "train", "who": "torch", "config": cfg, "combo": combo_name(c),
+                         "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
+        print(f"{cfg:6s} in {a.pairs} pairs with PyTorch {combo_name(tc)}: attn ÷ PyTorch "
+              f"{spread(ratios)} (median, min-max); per pair "
+              + ", ".join(f"{x:.2f}" for x in ratios))
     write_csv(a.csv, rows)
 
 
@@ -337,6 +433,10 @@ def main():
         p.add_argument("--rounds", type=int, default=1,
                        help="repeat the comparison, alternating which side goes first, and take "
                             "each side's best (default 1; see above)")
+        if name != "generate":
+            p.add_argument("--pairs", type=int, default=0,
+                           help="then compare attn and PyTorch's best combinations in N pairs "
+                                "of runs back to back, ratio per pair (default 0; see above)")
         if name == "attention":
             p.add_argument("--lengths", default="1024,4096")
             p.add_argument("--reps", type=int, default=5)
@@ -348,6 +448,8 @@ def main():
     a = ap.parse_args()
     if a.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
+    if getattr(a, "pairs", 0) < 0:
+        ap.error(f"--pairs must be 0 or more, got {a.pairs}")
     global OTHERS, AVX2
     OTHERS = a.others
     AVX2 = a.avx2
