@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "gpt_configs.hpp"
+#include "gpt_options.hpp"
 
 namespace {
 
@@ -39,37 +39,24 @@ int main(int argc, char** argv) {
   index_t tokens = 500, prompt_length = 1;
   int reps = 5;
   std::string gemm = "auto";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--config"))
-      which = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--threads"))
-      threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tokens"))
-      tokens = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--prompt"))
-      prompt_length = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps"))
-      reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--gemm"))
-      gemm = argv[i + 1];
-    else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--config demo|A|B] [--threads N] [--prompt N] [--tokens N] [--reps R] "
-          "[--gemm auto|eigen|openblas]\n",
-          argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"bench_generate: tokens/s of GPT sampling with and without the key/value cache"};
+  bench::add_config_option(app, which);
+  bench::add_threads_option(app, threads);
+  app.add_option("--tokens", tokens, "new tokens per call")
+      ->check(CLI::Range(index_t{1}, index_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--prompt", prompt_length, "prompt length (at most the configuration's block)")
+      ->check(CLI::Range(index_t{1}, index_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "timed calls with the cache (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  bench::add_gemm_option(app, gemm);
+  CLI11_PARSE(app, argc, argv);
   const Config* cfg = bench::find_gpt_shape(which.c_str());
-  const bool gemm_ok =
-      gemm == "auto" || gemm == "eigen" || (gemm == "openblas" && attn::have_openblas());
-  if (cfg == nullptr || threads < 1 || tokens < 1 || reps < 1 || prompt_length < 1 ||
-      prompt_length > cfg->block || !gemm_ok) {
-    std::fprintf(stderr,
-                 "bad arguments (config demo, A or B; threads, tokens, reps >= 1; 1 <= prompt <= "
-                 "the configuration's block; gemm auto, eigen, or openblas when built with "
-                 "OpenBLAS)\n");
+  if (prompt_length > cfg->block) {
+    std::fprintf(stderr, "--prompt %lld: at most the configuration's block, %lld\n",
+                 static_cast<long long>(prompt_length), static_cast<long long>(cfg->block));
     return 2;
   }
   attn::set_num_threads(threads);

@@ -13,13 +13,12 @@
 // every certificate is verified by check_certificates (outside the timing).
 #include <time.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <attn/analysis/hull.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -61,38 +60,30 @@ Times measure(int reps, F&& f) {
   return {cpu[cpu.size() / 2], wall[wall.size() / 2]};
 }
 
-std::vector<index_t> parse_list(const char* s) {
-  std::vector<index_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::atoll(item.c_str()));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 5;
   double qhull_limit = 60, sigma = 1.0;
   std::vector<index_t> sizes{64, 128, 512}, dims{4, 8, 16, 64};
-  for (int a = 1; a + 1 < argc; a += 2) {
-    if (!std::strcmp(argv[a], "--reps"))
-      reps = std::max(1, std::atoi(argv[a + 1]));
-    else if (!std::strcmp(argv[a], "--qhull-limit"))
-      qhull_limit = std::atof(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--sizes"))
-      sizes = parse_list(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--dims"))
-      dims = parse_list(argv[a + 1]);
-    else if (!std::strcmp(argv[a], "--sigma"))
-      sigma = std::atof(argv[a + 1]);
-    else {
-      std::fprintf(stderr,
-                   "usage: bench_hull [--reps R] [--qhull-limit S] [--sizes a,b] [--dims a,b] "
-                   "[--sigma s]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"bench_hull: certified_vertices against Qhull, one thread"};
+  app.add_option("--reps", reps, "timed runs per configuration (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--qhull-limit", qhull_limit,
+                 "seconds after which Qhull stops for larger N of a (kind, d)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--sizes", sizes, "key counts N")
+      ->delimiter(',')
+      ->check(CLI::Range(index_t{1}, index_t{1} << 20));
+  app.add_option("--dims", dims, "dimensions d")
+      ->delimiter(',')
+      ->check(CLI::Range(index_t{1}, index_t{4096}));
+  app.add_option("--sigma", sigma, "log-normal spread of the realistic keys' norms")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   attn::set_num_threads(1);
   std::printf("vertex detection, one thread; times: median CPU ms (wall ms) of %d runs\n", reps);
   std::printf("%-9s %5s %4s | %8s %9s | %17s %17s %8s | %s\n", "keys", "N", "d", "vertices",

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "gpt_configs.hpp"
+#include "gpt_options.hpp"
 
 namespace {
 
@@ -130,40 +130,16 @@ int main(int argc, char** argv) {
   std::string which = "A", gemm = "auto";
   int threads = 2, steps = 10;
   bool shapes = false;
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--gemm-shapes")) {
-      shapes = true;
-      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-      --argc;
-      break;
-    }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--config"))
-      which = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--threads"))
-      threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps"))
-      steps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--gemm"))
-      gemm = argv[i + 1];
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--config A|B] [--threads N] [--steps N] "
-                   "[--gemm auto|eigen|openblas|compare] [--gemm-shapes]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"bench_train_step: tokens/s of full GPT training steps"};
+  bench::add_config_option(app, which);
+  bench::add_threads_option(app, threads);
+  app.add_option("--steps", steps, "timed steps")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  bench::add_gemm_option(app, gemm, {"compare"});
+  app.add_flag("--gemm-shapes", shapes, "time attn::gemm alone on the configuration's shapes");
+  CLI11_PARSE(app, argc, argv);
   const Config* cfg = bench::find_gpt_shape(which.c_str());
-  const bool gemm_ok = gemm == "auto" || gemm == "eigen" ||
-                       ((gemm == "openblas" || gemm == "compare") && attn::have_openblas());
-  if (cfg == nullptr || threads < 1 || steps < 1 || !gemm_ok) {
-    std::fprintf(
-        stderr,
-        "bad arguments (config demo, A or B, threads >= 1, steps >= 1, gemm auto, eigen, or "
-        "openblas / compare when built with OpenBLAS)\n");
-    return 2;
-  }
   attn::set_num_threads(threads);
   // The backends to time, in turn.
   std::vector<attn::GemmBackend> backends{attn::gemm_backend()};
