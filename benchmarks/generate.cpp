@@ -14,8 +14,6 @@
 #include <attn/attn.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 

@@ -18,7 +18,6 @@
 #include <attn/analysis/hull.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 

@@ -21,7 +21,6 @@
 #include <attn/optim/optim.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <string>
 #include <vector>

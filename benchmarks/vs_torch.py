@@ -148,9 +148,13 @@ def pairs(a, combos, torch_fn, attn_fn):
     out = []
     for k in range(1, a.pairs + 1):
         print(f"vs_torch: pair {k} of {a.pairs}", file=sys.stderr)
-        ours = attn_fn() if k % 2 == 1 else None
-        theirs = {c: torch_fn(c) for c in sorted(combos)}
-        out.append((ours if ours is not None else attn_fn(), theirs))
+        if k % 2 == 1:
+            ours = attn_fn()
+            theirs = {c: torch_fn(c) for c in sorted(combos)}
+        else:
+            theirs = {c: torch_fn(c) for c in sorted(combos)}
+            ours = attn_fn()
+        out.append((ours, theirs))
     return out
 
 
