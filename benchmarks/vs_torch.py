@@ -7,6 +7,7 @@
     benchmarks/vs_torch.py train --avx2 --build build/release-avx2    # AVX2 code paths only
     benchmarks/vs_torch.py train --rounds 3    # on a machine whose speed drifts (see below)
     benchmarks/vs_torch.py attention --lengths 4096 --reps 3 --pairs 5    # ratios pair by pair
+    benchmarks/vs_torch.py table --csv FILE    # the pairs tables again, from a --csv file
 
 PyTorch runs in a fresh process for every combination of its intra-op threads (torch
 .set_num_threads: 1, 2) and OpenBLAS's threads (OPENBLAS_NUM_THREADS: 1, 2; OpenBLAS reads it when
@@ -30,7 +31,12 @@ pairs of one attn run and one run of each PyTorch combination that was best abov
 (attn first in odd pairs, PyTorch first in even ones; attention with one timed run per figure),
 and prints each figure's ratio per pair as median (min-max), with the fused forward's share of
 the pair's best SGEMM. A pair compares the two libraries within a minute or so, not two moments
-of the machine minutes apart.
+of the machine minutes apart. For attention it also prints what the algorithm leaves room for:
+attn's forward+backward FLOPs (3.5 times the forward's where the backward recomputes the scores
+and makes four more products of the same size, 3 times where the weights are small enough to be
+kept) at the pair's best SGEMM rate, as a share of attn's measured time, and the ratios attn
+would show at that rate. `table --csv FILE` prints the pairs
+tables again from the --csv file of such a run.
 
 --avx2 measures both sides' AVX2 code paths on an AVX-512 machine, what a Zen 3 (AVX2, no
 AVX-512) runs: attn from a build without AVX-512 (the release-avx2 preset, -march=znver3; the
@@ -244,6 +250,10 @@ def parse_bench_attention(out):
     return sgemm, ours
 
 
+# torch_attention.py's figures for each (T, mask) case.
+TORCH_ATTENTION_KEYS = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
+
+
 def case(r, T, mask):
     """The json object of one (T, mask) case in a torch_attention.py run, or None."""
     return next((x for x in r if x.get("T") == T and x.get("mask") == mask), None)
@@ -253,39 +263,77 @@ def attention_pairs(a, runs, rows):
     """--pairs: the attention ratios pair by pair (see the module's docstring)."""
     lengths = [int(t) for t in a.lengths.split(",")]
     cases = list(itertools.product(lengths, ("none", "causal")))
-    keys = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
     # Every combination that gave PyTorch's best for some figure above.
     combos = {best(runs, lambda r, T=T, m=m: case(r, T, m), k)[1][:2]
-              for T, m in cases for k in keys}
+              for T, m in cases for k in TORCH_ATTENTION_KEYS}
     got = pairs(a, combos,
                 lambda c: torch_run("torch_attention.py", ["--lengths", a.lengths, "--reps", "1"],
                                     c),
                 lambda: parse_bench_attention(bench(a.build, "attention", [
                     "--threads", str(a.threads), "--lengths", a.lengths, "--reps", "1"])))
-    print(f"\nIn {a.pairs} pairs (one timed run per side and figure, after a warm-up; PyTorch "
-          f"{', '.join(combo_name(c) for c in sorted(combos))}, its best per figure and pair): "
-          "ratios per pair, median (min-max)")
+    for k, ((sgemm, ours), theirs) in enumerate(got, start=1):
+        for T, mask in cases:
+            rows.append({"what": "attention", "who": "attn", "threads": a.threads, "T": T,
+                         "mask": mask, "pair": k, "sgemm_gflops": sgemm, **ours[(T, mask)]})
+            for c, r in theirs.items():
+                x = case(r, T, mask)
+                rows.append({"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
+                             "mask": mask, "pair": k, "sgemm_gflops": r[0]["sgemm_gflops"],
+                             **{key: x[key] for key in TORCH_ATTENTION_KEYS}})
+    print_attention_pairs(rows)
+
+
+def fb_flop_factor(T):
+    """attn's forward+backward FLOPs over the forward's in bench_attention (B 1, H 8): the forward
+    is two products (4 T² Dh H FLOPs, half when causal, as that benchmark counts them); backward
+    makes dP, dV, dK and dQ, four more of the same size, and recomputes the scores (a fifth) when
+    the weights B·H·T² exceed attn_saved_weights_limit (2^22), which it then does not keep. The
+    one-pass backward plan, which B·H = 8 takes, makes no others."""
+    return 3.5 if 8 * T * T > 1 << 22 else 3.0
+
+
+def print_attention_pairs(rows):
+    """The --pairs tables of the attention comparison, from its measurement rows (those of one
+    run, or of its --csv file)."""
+    rows = [r for r in rows if r.get("what") == "attention" and r.get("pair") not in (None, "")]
+    if not rows:
+        return
+    n = max(r["pair"] for r in rows)
+    combos = sorted({r["combo"] for r in rows if r["who"] == "torch"})
+    print(f"\nIn {n} pairs (one timed run per side and figure, after a warm-up; PyTorch "
+          f"{', '.join(combos)}, its best per figure and pair): ratios per pair, median (min-max)")
     print("     T mask    | f+b: manual ÷ attn     MHA ÷ attn         | fwd: manual ÷ attn     "
           "MHA ÷ attn         | attn fwd, % of the pair's best SGEMM")
+    cases = sorted({(r["T"], r["mask"]) for r in rows}, key=lambda c: (c[0], c[1] != "none"))
+    room = []
     for T, mask in cases:
-        ratio = {k: [] for k in keys}
-        share = []
-        for k, ((sgemm, ours), theirs) in enumerate(got, start=1):
-            o = ours[(T, mask)]
-            x = {c: case(r, T, mask) for c, r in theirs.items()}
-            for key in keys:
+        ratio = {key: [] for key in TORCH_ATTENTION_KEYS}
+        share, fb_share, ceiling = [], [], {key: [] for key in ("manual_fb_ms", "mha_fb_ms")}
+        for k in range(1, n + 1):
+            here = [r for r in rows if r["T"] == T and r["mask"] == mask and r["pair"] == k]
+            o = next(r for r in here if r["who"] == "attn")
+            theirs = [r for r in here if r["who"] == "torch"]
+            for key in TORCH_ATTENTION_KEYS:
                 attn_ms = o["fused_fb_ms" if key.endswith("fb_ms") else "fused_fwd_ms"]
-                ratio[key].append(min(x[c][key] for c in x) / attn_ms)
-            top = max([sgemm] + [r[0]["sgemm_gflops"] for r in theirs.values()])
+                ratio[key].append(min(r[key] for r in theirs) / attn_ms)
+            top = max(r["sgemm_gflops"] for r in here)
             share.append(100 * o["fused_gflops"] / top)
-            rows.append({"what": "attention", "who": "attn", "threads": a.threads, "T": T,
-                         "mask": mask, "pair": k, "sgemm_gflops": sgemm, **o})
-            rows += [{"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
-                      "mask": mask, "pair": k, "sgemm_gflops": theirs[c][0]["sgemm_gflops"],
-                      **{key: x[c][key] for key in keys}} for c in x]
+            fb_at_sgemm_ms = fb_flop_factor(T) * o["fused_fwd_ms"] * o["fused_gflops"] / top
+            fb_share.append(100 * fb_at_sgemm_ms / o["fused_fb_ms"])
+            for key in ceiling:
+                ceiling[key].append(min(r[key] for r in theirs) / fb_at_sgemm_ms)
         print(f"{T:6d} {mask:8s}| {spread(ratio['manual_fb_ms']):>20s} "
               f"{spread(ratio['mha_fb_ms']):>20s} | {spread(ratio['manual_fwd_ms']):>20s} "
               f"{spread(ratio['mha_fwd_ms']):>20s} | {spread(share, ' %', 0)}")
+        room.append((T, mask, fb_share, ceiling))
+    print("\nThe same pairs at the SGEMM rate: attn's f+b FLOPs (3 or 3.5 times the forward's) at "
+          "the pair's best SGEMM rate, as a share of attn's f+b time, and the ratios attn would "
+          "show there")
+    print("     T mask    | attn f+b, % of best SGEMM | f+b at that rate: manual ÷ attn   "
+          "MHA ÷ attn")
+    for T, mask, fb_share, ceiling in room:
+        print(f"{T:6d} {mask:8s}| {spread(fb_share, ' %', 0):>25s} | "
+              f"{spread(ceiling['manual_fb_ms']):>30s} {spread(ceiling['mha_fb_ms']):>20s}")
 
 
 def attention(a):
@@ -315,7 +363,7 @@ def attention(a):
           f"({combo_name(sgemm_combo)})")
     print("     T mask    | attn fwd   f+b | manual fwd (t/b)    f+b (t/b)   | nn.MHA fwd (t/b)"
           "    f+b (t/b)   | f+b: manual  MHA | fwd: manual  MHA | fwd % best SGEMM")
-    keys = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
+    keys = TORCH_ATTENTION_KEYS
     for T, mask in itertools.product(lengths, ("none", "causal")):
         o = ours[(T, mask)]
 
@@ -380,19 +428,49 @@ def train(a):
                                         c),
                     lambda: bench(a.build, "train_step", ["--config", cfg, "--threads",
                                                           str(a.threads), "--steps", steps]))
-        ratios = []
         for k, (out, theirs) in enumerate(got, start=1):
             tok = float(re.search(r"tokens/s (\d+)", out).group(1))
             (c, r), = theirs.items()
-            ratios.append(tok / r[0]["tokens_per_s"])
             rows.append({"what": "train", "who": "attn", "config": cfg, "threads": a.threads,
                          "pair": k, "tokens_per_s": tok})
             rows.append({"what": "train", "who": "torch", "config": cfg, "combo": combo_name(c),
                          "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
-        print(f"{cfg:6s} in {a.pairs} pairs with PyTorch {combo_name(tc)}: attn ÷ PyTorch "
+    print_train_pairs(rows)
+    write_csv(a.csv, rows)
+
+
+def print_train_pairs(rows):
+    """The --pairs lines of the training comparison, from its measurement rows (those of one run,
+    or of its --csv file)."""
+    rows = [r for r in rows if r.get("what") == "train" and r.get("pair") not in (None, "")]
+    for cfg in sorted({r["config"] for r in rows}):
+        mine = sorted((r for r in rows if r["config"] == cfg), key=lambda r: r["pair"])
+        ours = [r["tokens_per_s"] for r in mine if r["who"] == "attn"]
+        theirs = [r for r in mine if r["who"] == "torch"]
+        ratios = [tok / r["tokens_per_s"] for tok, r in zip(ours, theirs)]
+        print(f"{cfg:6s} in {len(ratios)} pairs with PyTorch {theirs[0]['combo']}: attn ÷ PyTorch "
               f"{spread(ratios)} (median, min-max); per pair "
               + ", ".join(f"{x:.2f}" for x in ratios))
-    write_csv(a.csv, rows)
+
+
+def table(a):
+    """Prints the --pairs tables again from a --csv file of vs_torch.py attention or train."""
+    with open(a.csv, newline="") as f:
+        rows = [{k: number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    if not any(r.get("pair") not in (None, "") for r in rows):
+        sys.exit(f"vs_torch: {a.csv} has no --pairs measurements")
+    print_attention_pairs(rows)
+    print_train_pairs(rows)
+
+
+def number(v):
+    """A CSV field as int or float where it is one, else the string."""
+    for kind in (int, float):
+        try:
+            return kind(v)
+        except ValueError:
+            pass
+    return v
 
 
 def generate(a):
@@ -449,7 +527,11 @@ def main():
         if name == "generate":
             p.add_argument("--prompt", type=int, default=16)
             p.add_argument("--tokens", type=int, default=256)
+    p = sub.add_parser("table", help="print the --pairs tables of a --csv file again")
+    p.add_argument("--csv", required=True, help="a --csv file of attention or train --pairs")
     a = ap.parse_args()
+    if a.what == "table":
+        return table(a)
     if a.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
     if getattr(a, "pairs", 0) < 0:
