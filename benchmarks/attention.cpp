@@ -6,6 +6,7 @@
 //   bench_attention --memory T [--threads N]
 //   bench_attention --plans [--threads N] [--lengths ...] [--reps R]
 //   bench_attention --exp [--reps R]
+//   bench_attention --gpt [--threads N] [--reps R]
 //
 // FLOPs counted as 4·T²·Dh·H for the full forward (two GEMMs) and half that when causal; the
 // backward is not counted (forward+backward columns are times only). --memory measures, first
@@ -17,7 +18,9 @@
 // plan), so load that changes during the run affects them alike. --exp times the softmax row's
 // exponential on this build's packets, one thread: exp_fast's packet form (pexp_float) against
 // Eigen's pexp, ns per element over a 4096-float row held in L1 spread over [−20, 0] like scores
-// minus their row's maximum, then with every seventh entry −∞ (masked).
+// minus their row's maximum, then with every seventh entry −∞ (masked). --gpt times the fused
+// causal forward + backward at the attention shapes of the GPT configurations (gpt_configs.hpp:
+// batch x heads x block x head width), one layer's attention in a training step, median of R.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -30,6 +33,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "gpt_configs.hpp"
 
 namespace {
 
@@ -208,13 +213,42 @@ int exp_speed(int reps) {
   }
 }
 
+int gpt_attention(int reps) {
+  std::printf(
+      "fused causal attention forward + backward at the GPT configurations' shapes, float, "
+      "ScaledDot, "
+      "%d threads, ms (median of %d)\n",
+      attn::num_threads(), reps);
+  std::printf("config |   B   H     T  Dh | one layer | all layers\n");
+  for (const bench::GptShape& s : bench::gpt_shapes) {
+    const attn::index_t dh = s.embd / s.heads;
+    attn::Rng rng(2);
+    const attn::Shape shape{s.batch, s.heads, s.block, dh};
+    const auto q = attn::Tensor<float>::randn(shape, rng),
+               k = attn::Tensor<float>::randn(shape, rng),
+               v = attn::Tensor<float>::randn(shape, rng);
+    attn::Tape<float> tape;
+    const attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal> op;
+    const double ms = median_ms(reps, [&] {
+      tape.clear();
+      auto qv = tape.leaf(q, true), kv = tape.leaf(k, true), vv = tape.leaf(v, true);
+      tape.backward(attn::sum(op(qv, kv, vv)));
+    });
+    std::printf("%-6s | %3lld %3lld %5lld %3lld | %9.2f | %10.2f\n", s.name,
+                static_cast<long long>(s.batch), static_cast<long long>(s.heads),
+                static_cast<long long>(s.block), static_cast<long long>(dh), ms,
+                ms * double(s.layers));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   std::vector<attn::index_t> lengths{256, 1024, 2048, 4096};
   attn::index_t memory_length = 0;
-  bool plans = false, exp = false;
+  bool plans = false, exp = false, gpt = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
@@ -223,6 +257,8 @@ int main(int argc, char** argv) {
       plans = true;
     } else if (a == "--exp") {
       exp = true;
+    } else if (a == "--gpt") {
+      gpt = true;
     } else if (a == "--memory" && i + 1 < argc) {
       memory_length = std::atoll(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
@@ -237,7 +273,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: %s [--plans] [--threads N] [--lengths 256,1024] [--reps R] | --memory T | "
-          "--exp [--reps R]\n",
+          "--exp [--reps R] | --gpt [--threads N] [--reps R]\n",
           argv[0]);
       return 2;
     }
@@ -245,6 +281,7 @@ int main(int argc, char** argv) {
   attn::set_num_threads(threads);
   if (memory_length > 0) return memory(memory_length);
   if (exp) return exp_speed(reps);
+  if (gpt) return gpt_attention(reps);
   if (plans) {
     std::printf(
         "fused attention forward + backward (ms, median of %d interleaved rounds) by backward "

@@ -81,8 +81,12 @@ inline std::string ordinal_word(int day) {
   return tens + "-" + small[std::size_t(day % 10)];
 }
 
+// Appended rather than `(v < 10 ? "0" : "") + std::to_string(v)`, which g++ 12 at -O3 warns
+// about (-Wrestrict, a false positive in its std::string operator+).
 inline std::string two_digits(int v) {
-  return (v < 10 ? "0" : "") + std::to_string(v);
+  std::string s = v < 10 ? "0" : "";
+  s += std::to_string(v);
+  return s;
 }
 
 inline constexpr int format_count = 8;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 using attn::index_t;
@@ -214,6 +215,116 @@ TEST_CASE_TEMPLATE("backward plans: saved or recomputed weights, one pass or two
   check_plans<mask::Padding, score::ScaledDot, T>(3, 2, 2, 40, 90, 4, 4,
                                                   mask::Padding({90, 0, 33}));
   check_plans<mask::Causal, score::ScaledDot, T>(2, 2, 2, 100, 100, 8, 8, {}, {0.25, 5});
+}
+
+namespace {
+
+// Every tile of a Tq x Tk call: tile_blocks' kinds, live blocks and spans against the mask asked
+// element by element.
+template <class Mask>
+void check_tile_blocks(const Mask& m, index_t batch, index_t tq, index_t tk) {
+  using attn::detail::TileBlocks;
+  constexpr index_t E = TileBlocks::edge;
+  int partial = 0;
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t i0 = 0; i0 < tq; i0 += attn::detail::attn_query_tile)
+      for (index_t j0 = 0; j0 < tk; j0 += attn::detail::attn_key_tile) {
+        const index_t br = std::min(attn::detail::attn_query_tile, tq - i0),
+                      bc = std::min(attn::detail::attn_key_tile, tk - j0);
+        const TileBlocks t = attn::detail::tile_blocks(m, b, i0, br, j0, bc, tq, tk);
+        CAPTURE(b);
+        CAPTURE(i0);
+        CAPTURE(j0);
+        // Which blocks hold an allowed element, and what the tile holds in all.
+        std::vector<std::vector<bool>> any(static_cast<std::size_t>((br + E - 1) / E),
+                                           std::vector<bool>((bc + E - 1) / E, false));
+        index_t allowed = 0;
+        for (index_t i = 0; i < br; ++i)
+          for (index_t j = 0; j < bc; ++j)
+            if (m.allowed(b, i0 + i, j0 + j, tq, tk)) {
+              any[i / E][j / E] = true;
+              ++allowed;
+            }
+        if (allowed == 0) CHECK(t.kind == attn::TileKind::none);
+        if (allowed == br * bc) CHECK(t.kind != attn::TileKind::none);
+        if (t.kind == attn::TileKind::none) CHECK(allowed == 0);
+        if (t.kind == attn::TileKind::all) CHECK(allowed == br * bc);
+        if (t.kind != attn::TileKind::partial) continue;
+        ++partial;
+        for (index_t r = 0; r < static_cast<index_t>(any.size()); ++r) {
+          index_t lo = bc, hi = 0;  // first and last live column, from the elements
+          for (index_t c = 0; c < static_cast<index_t>(any[0].size()); ++c) {
+            CHECK(t.live[r][c] == any[r][c]);
+            if (any[r][c]) {
+              lo = std::min(lo, c * E);
+              hi = std::min(bc, (c + 1) * E);
+            }
+          }
+          const auto [clo, chi] = t.columns(r);
+          CHECK(chi - clo == (hi > lo ? hi - lo : 0));
+          if (hi > lo) CHECK(clo == lo);
+        }
+        for (index_t c = 0; c < static_cast<index_t>(any[0].size()); ++c) {
+          index_t lo = br, hi = 0;
+          for (index_t r = 0; r < static_cast<index_t>(any.size()); ++r)
+            if (any[r][c]) {
+              lo = std::min(lo, r * E);
+              hi = std::min(br, (r + 1) * E);
+            }
+          const auto [rlo, rhi] = t.rows(c);
+          CHECK(rhi - rlo == (hi > lo ? hi - lo : 0));
+          if (hi > lo) CHECK(rlo == lo);
+        }
+      }
+  CHECK(partial > 0);  // the cases below are chosen to have partial tiles
+}
+
+// Batch entry b's mask: blocks of 32 x 32 ruled out whole (a block of keys for all of a query
+// tile, in a different place in each query tile; a block of queries for all of a key tile),
+// allowed elements scattered in the others, row 5 of entry 0 with no key at all.
+mask::Custom dead_blocks_mask(index_t batch, index_t tq, index_t tk) {
+  Tensor<std::uint8_t> m({batch, tq, tk});
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t i = 0; i < tq; ++i)
+      for (index_t j = 0; j < tk; ++j) {
+        const bool dead_block = (i / 128 + j / 32 + b) % 3 == 0 || (i / 32 + j / 128) % 3 == 1;
+        const bool allowed = !dead_block && (i * 7 + j * 3) % 11 != 0 && !(b == 0 && i == 5);
+        m[(b * tq + i) * tk + j] = static_cast<std::uint8_t>(allowed);
+      }
+  return mask::Custom(m);
+}
+
+}  // namespace
+
+TEST_CASE("tile blocks: live blocks and spans of partial tiles = the mask element by element") {
+  check_tile_blocks(mask::Causal{}, 1, 300, 300);
+  check_tile_blocks(mask::Causal{}, 1, 100, 260);  // end-aligned: Tk − Tq = 160
+  check_tile_blocks(mask::CausalTopLeft{}, 1, 260, 100);
+  check_tile_blocks(mask::SlidingWindow{40, 3}, 1, 300, 300);
+  check_tile_blocks(mask::Padding({300, 0, 45, 129}), 4, 150, 300);
+  check_tile_blocks(mask::BigBird{16, 1, 1, 1, 5}, 1, 256, 256);
+  check_tile_blocks(dead_blocks_mask(2, 200, 260), 2, 200, 260);
+  // A causal diagonal tile computes 10 of its 16 blocks, each row block up to its diagonal.
+  const auto t = attn::detail::tile_blocks(mask::Causal{}, 0, 128, 128, 128, 128, 256, 256);
+  int live = 0;
+  for (const auto& row : t.live)
+    for (bool x : row) live += x;
+  CHECK(live == 10);
+  CHECK(t.columns(1) == std::pair<index_t, index_t>{0, 64});
+  CHECK(t.rows(1) == std::pair<index_t, index_t>{32, 128});
+}
+
+TEST_CASE_TEMPLATE("backward plans: partial tiles with whole blocks ruled out = materialised", T,
+                   float, double) {
+  // Blocks of 32 x 32 ruled out in every position of a tile, so that row blocks of P and dS are
+  // zero in one tile and not the next, a tile that starts an accumulator (dQ, or dK and dV) has
+  // nothing for some of its blocks (those rows must start at 0), and spans cover dead blocks.
+  // The unmasked call first leaves products in every scratch accumulator of the threads.
+  check_plans<mask::None, score::ScaledDot, T>(2, 2, 2, 200, 260, 16, 8, {});
+  check_plans<mask::Custom, score::ScaledDot, T>(2, 2, 2, 200, 260, 16, 8,
+                                                 dead_blocks_mask(2, 200, 260));
+  check_plans<mask::Custom, score::NegSqEuclidean, T>(2, 2, 1, 200, 260, 5, 12,
+                                                      dead_blocks_mask(2, 200, 260), {0.2, 9});
 }
 
 TEST_CASE("backward plans: gradients by finite differences (double)") {

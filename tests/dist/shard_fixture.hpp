@@ -25,14 +25,21 @@ struct ShardFixture {
   // A module's visitor: f("p<i>", parameter i).
   template <class F>
   void for_each_parameter(F&& f) {
-    for (std::size_t i = 0; i < params.size(); ++i) f("p" + std::to_string(i), params[i]);
+    for (std::size_t i = 0; i < params.size(); ++i) f(name(i), params[i]);
   }
 
   std::vector<optim::NamedParameter<float>> named() {
     std::vector<optim::NamedParameter<float>> out;
-    for (std::size_t i = 0; i < params.size(); ++i)
-      out.push_back({"p" + std::to_string(i), &params[i], true});
+    for (std::size_t i = 0; i < params.size(); ++i) out.push_back({name(i), &params[i], true});
     return out;
+  }
+
+  // "p<i>", appended rather than `"p" + std::to_string(i)`, which g++ 12 at -O3 warns about
+  // (-Wrestrict, a false positive in its std::string operator+).
+  static std::string name(std::size_t i) {
+    std::string s = "p";
+    s += std::to_string(i);
+    return s;
   }
 
   index_t size() const {

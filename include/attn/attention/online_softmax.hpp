@@ -3,7 +3,8 @@
 // weight matrix is never stored unless it is small enough to keep for backward. Backward
 // recomputes each tile's weights from the saved log-sum-exp (or reads the kept ones), in one
 // pass per (batch, key/value head) or two passes, chosen by shape. Whole tiles that the mask
-// rules out are skipped (causal: about half). Tile products run on tile_gemm.hpp's kernels.
+// rules out are skipped (causal: about half), and so are the blocks of a partial tile that it
+// rules out (TileBlocks). Tile products run on tile_gemm.hpp's kernels.
 // Does not support score kernels other than exp; see materialized.hpp for those.
 //
 // Shapes: q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv] -> o [B, H, Tq, Dv], where
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../autodiff/autodiff.hpp"
@@ -182,6 +184,109 @@ const T* key_norm_bias(const AttentionGeometry& g, const T* k, std::vector<T>& b
   }
 }
 
+// Which blocks of `edge` x `edge` elements of one tile the mask leaves some element in (live),
+// so that the products of a partial tile (a causal diagonal, the edge of a window) skip the
+// rest: in a dead block the weights P and dS are exactly 0, so leaving its terms out of P V,
+// dS K, Pᵀ dO and dSᵀ Q changes no sum, and its scores and dP are not needed (the scores are
+// masked to −∞, dP is multiplied by P = 0). A causal diagonal tile computes 10 of its 16 blocks.
+struct TileBlocks {
+  static constexpr index_t edge = 32;
+  static constexpr index_t row_blocks = attn_query_tile / edge, col_blocks = attn_key_tile / edge;
+  TileKind kind = TileKind::none;
+  index_t br = 0, bc = 0;  // the tile's rows and columns
+  bool live[row_blocks][col_blocks] = {};
+
+  // Columns [lo, hi) of the tile from the first to the last live block of row block r (lo = hi:
+  // none live); the whole row when the tile is all allowed.
+  std::pair<index_t, index_t> columns(index_t r) const { return span(r, false); }
+  // Rows [lo, hi) of the tile from the first to the last live block of column block c.
+  std::pair<index_t, index_t> rows(index_t c) const { return span(c, true); }
+
+ private:
+  std::pair<index_t, index_t> span(index_t x, bool of_column) const {
+    const index_t len = of_column ? br : bc;
+    if (kind == TileKind::all) return {0, len};
+    index_t lo = 0, hi = 0;
+    for (index_t y = 0; y * edge < len; ++y)
+      if (of_column ? live[y][x] : live[x][y]) {
+        if (lo == hi) lo = y * edge;
+        hi = std::min(len, (y + 1) * edge);
+      }
+    return {lo, hi};
+  }
+};
+
+static_assert(attn_query_tile % TileBlocks::edge == 0 && attn_key_tile % TileBlocks::edge == 0 &&
+                  TileBlocks::edge % packet_size<float> == 0 &&
+                  TileBlocks::edge % packet_size<double> == 0,
+              "attn: tile blocks must divide the tiles and be whole packets");
+
+// The tile rows [i0, i0 + br) x columns [j0, j0 + bc) of batch entry b: its kind, and for a
+// partial tile which blocks are live (the mask asked once per block).
+template <MaskPolicy Mask>
+TileBlocks tile_blocks(const Mask& mask, index_t b, index_t i0, index_t br, index_t j0, index_t bc,
+                       index_t tq, index_t tk) {
+  TileBlocks t;
+  t.kind = mask.tile(b, i0, i0 + br, j0, j0 + bc, tq, tk);
+  t.br = br;
+  t.bc = bc;
+  if (t.kind == TileKind::partial)
+    for (index_t r = 0; r * TileBlocks::edge < br; ++r)
+      for (index_t c = 0; c * TileBlocks::edge < bc; ++c) {
+        const index_t r0 = i0 + r * TileBlocks::edge, c0 = j0 + c * TileBlocks::edge;
+        t.live[r][c] =
+            mask.tile(b, r0, std::min(i0 + br, r0 + TileBlocks::edge), c0,
+                      std::min(j0 + bc, c0 + TileBlocks::edge), tq, tk) != TileKind::none;
+      }
+  return t;
+}
+
+// C [br, bc] = A [br, k] B [k, bc] as tile_gemm (rows of C ldc apart), computed in the live
+// columns of each row block only; the rest of C's row is set to 0 (scores there are masked, dP
+// is multiplied by zero weights). A tile that is all allowed is one product (one call site for
+// tile_gemm, which is inlined: compile time). Not inlined itself: one copy per element type, not
+// one per call site of every score and mask (8 % more compile time for the fused kernels when it
+// was).
+template <class T>
+EIGEN_DONT_INLINE void live_tile_product(const TileBlocks& t, index_t k, const T* a, index_t ars,
+                                         index_t acs, const T* b, index_t ldb, T* c, index_t ldc) {
+  const bool whole = t.kind == TileKind::all;
+  const index_t step = whole ? t.br : TileBlocks::edge;
+  for (index_t r0 = 0; r0 < t.br; r0 += step) {
+    const index_t mr = std::min(step, t.br - r0);
+    const auto [lo, hi] = t.columns(r0 / TileBlocks::edge);
+    if (!whole)
+      for (index_t i = r0; i < r0 + mr; ++i) {
+        std::fill(c + i * ldc, c + i * ldc + lo, T{0});
+        std::fill(c + i * ldc + hi, c + i * ldc + t.bc, T{0});
+      }
+    if (lo < hi)
+      tile_gemm(mr, hi - lo, k, a + r0 * ars, ars, acs, b + lo, ldb, c + r0 * ldc + lo, ldc, false);
+  }
+}
+
+// C [m, n] (+)= A [m, k] B [k, n] as tile_gemm, where A is a tile's weights (P or dS: m = br,
+// k = bc) or their transpose (key_side: m = bc, k = br), zero outside the live blocks: each
+// block of rows of C sums over the span of its live blocks only, and one with none is cleared
+// unless accumulating. A tile that is all allowed is one product. Not inlined (see above).
+template <class T>
+EIGEN_DONT_INLINE void live_weights_product(const TileBlocks& t, bool key_side, index_t n,
+                                            const T* a, index_t ars, index_t acs, const T* b,
+                                            index_t ldb, T* c, index_t ldc, bool accumulate) {
+  const index_t m = key_side ? t.bc : t.br;
+  const index_t step = t.kind == TileKind::all ? m : TileBlocks::edge;
+  for (index_t r0 = 0; r0 < m; r0 += step) {
+    const index_t mr = std::min(step, m - r0);
+    const auto [lo, hi] =
+        key_side ? t.rows(r0 / TileBlocks::edge) : t.columns(r0 / TileBlocks::edge);
+    if (lo < hi)
+      tile_gemm(mr, n, hi - lo, a + r0 * ars + lo * acs, ars, acs, b + lo * ldb, ldb, c + r0 * ldc,
+                ldc, accumulate);
+    else if (!accumulate)
+      for (index_t i = r0; i < r0 + mr; ++i) std::fill_n(c + i * ldc, packet_round<T>(n), T{0});
+  }
+}
+
 // Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² + b_h(p_i − p_j) (beta_q ‖q‖² is the same for every
 // key of a row and cancels in softmax, so it is left out here and in the saved log-sum-exp
 // alike; the position bias b_h only for scores that have one, see score.hpp).
@@ -195,16 +300,21 @@ struct ScoreTiles {
   const T* key_norms;  // beta_k ‖k_j‖² per (b, hk, j), or null when beta_k = 0
   T alpha;
 
-  // Rows [i0, i0 + br) of head (b, h) against keys [j0, j0 + bc) into s (rows lds apart), masked
-  // entries −∞, each row's maximum into rmax. False, and nothing written, when the mask rules
-  // out the whole tile.
+  // The tile of rows [i0, i0 + br) against keys [j0, j0 + bc) of batch entry b (tile_blocks).
+  TileBlocks blocks(index_t b, index_t i0, index_t br, index_t j0, index_t bc) const {
+    return tile_blocks(mask, b, i0, br, j0, bc, g.Tq, g.Tk);
+  }
+
+  // Rows [i0, i0 + br) of head (b, h) against keys [j0, j0 + bc) (the tile `t` of blocks())
+  // into s (rows lds apart), masked entries −∞, each row's maximum into rmax. False, and nothing
+  // written, when the mask rules out the whole tile.
   bool operator()(index_t b, index_t h, index_t i0, index_t br, index_t j0, index_t bc, T* s,
-                  index_t lds, T* rmax) const {
-    const TileKind kind = mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
+                  index_t lds, T* rmax, const TileBlocks& t) const {
+    const TileKind kind = t.kind;
     if (kind == TileKind::none) return false;
     const index_t hk = h / g.group();
-    tile_gemm(br, bc, g.Dh, q + g.q_off(b, h, i0), g.Dh, index_t{1}, kt.panel(g, b, hk, j0),
-              attn_key_tile, s, lds, false);
+    live_tile_product(t, g.Dh, q + g.q_off(b, h, i0), g.Dh, index_t{1}, kt.panel(g, b, hk, j0),
+                      attn_key_tile, s, lds);
     const T* bias = key_norms ? key_norms + (b * g.Hk + hk) * g.Tk + j0 : nullptr;
     for (index_t i = 0; i < br; ++i) rmax[i] = scale_row_max(s + i * lds, bc, alpha, bias);
     if constexpr (HasPositionBias<Score>) {
@@ -315,7 +425,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
     T* p = keep ? keep + row0 * g.Tk : nullptr;  // [br, Tk]
     for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
       const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-      if (!scores(b, h, i0, br, j0, bc, s, lds, sc.rmax.data())) {
+      const TileBlocks tb = scores.blocks(b, i0, br, j0, bc);
+      if (!scores(b, h, i0, br, j0, bc, s, lds, sc.rmax.data(), tb)) {
         if (keep)
           for (index_t i = 0; i < br; ++i) {
             std::fill_n(p + i * g.Tk + j0, bc, T{0});
@@ -339,7 +450,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
         TileMap<T> tile(s, br, bc, Eigen::OuterStride<>(lds));
         dropout.apply(tile, row0, g.Tk, j0);
       }
-      tile_gemm(br, g.Dv, bc, s, lds, index_t{1}, vrows + j0 * V.ld, V.ld, acc, ldv, true);
+      live_weights_product(tb, false, g.Dv, s, lds, index_t{1}, vrows + j0 * V.ld, V.ld, acc, ldv,
+                           true);
     }
     T* out = o + g.o_off(b, h, i0);
     for (index_t i = 0; i < br; ++i) {
@@ -383,7 +495,8 @@ void online_softmax_weights(const Score& score, const Mask& mask, const Attentio
                  const index_t row0 = g.row(b, h, i0);
                  for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
                    const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-                   const bool any = scores(b, h, i0, br, j0, bc, s, lds, sc.rmax.data());
+                   const bool any = scores(b, h, i0, br, j0, bc, s, lds, sc.rmax.data(),
+                                           scores.blocks(b, i0, br, j0, bc));
                    for (index_t i = 0; i < br; ++i) {
                      T* out = w + (row0 + i) * g.Tk + j0;
                      if (!any || lse[row0 + i] == -std::numeric_limits<T>::infinity()) {
@@ -459,16 +572,18 @@ struct OnlineSoftmaxOp {
     struct TileGrads {
       const T *p, *pv;
       index_t ldp, ldpv;
+      TileBlocks blocks;
     };
     auto ds_tile = [&](AttentionScratch<T>& sc, index_t b, index_t h, index_t i0, index_t br,
                        index_t j0, index_t bc, TileGrads& t) {
       const index_t row0 = g.row(b, h, i0);
+      t.blocks = scores.blocks(b, i0, br, j0, bc);
+      if (t.blocks.kind == TileKind::none) return false;
       if (kept) {
-        if (mask->tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk) == TileKind::none) return false;
         t.p = kept + row0 * g.Tk + j0;
         t.ldp = g.Tk;
       } else {
-        if (!scores(b, h, i0, br, j0, bc, sc.s.data(), lds, sc.rmax.data())) return false;
+        scores(b, h, i0, br, j0, bc, sc.s.data(), lds, sc.rmax.data(), t.blocks);
         for (index_t i = 0; i < br; ++i) {
           T* row = sc.s.data() + i * lds;
           if (lse[row0 + i] == ninf)
@@ -480,8 +595,8 @@ struct OnlineSoftmaxOp {
         t.ldp = lds;
       }
       T* dp = sc.dp.data();
-      tile_gemm(br, bc, g.Dv, dov + g.o_off(b, h, i0), g.Dv, index_t{1},
-                vt.panel(g, b, h / g.group(), j0), attn_key_tile, dp, lds, false);
+      live_tile_product(t.blocks, g.Dv, dov + g.o_off(b, h, i0), g.Dv, index_t{1},
+                        vt.panel(g, b, h / g.group(), j0), attn_key_tile, dp, lds);
       t.pv = t.p;
       t.ldpv = t.ldp;
       if (dropout.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
@@ -526,16 +641,18 @@ struct OnlineSoftmaxOp {
       const T* ds = sc.dp.data();
       const index_t row0 = g.row(b, h, i0);
       if (dv_acc)  // dV_j += Pᵀ dO_i
-        tile_gemm(bc, g.Dv, br, t.pv, index_t{1}, t.ldpv, dO.row(row0), dO.ld, dv_acc, ldv, kv_add);
+        live_weights_product(t.blocks, true, g.Dv, t.pv, index_t{1}, t.ldpv, dO.row(row0), dO.ld,
+                             dv_acc, ldv, kv_add);
       if (dk_acc) {  // dK_j += dSᵀ Q_i
-        tile_gemm(bc, g.Dh, br, ds, index_t{1}, lds, Q.row(row0), Q.ld, dk_acc, ldk, kv_add);
+        live_weights_product(t.blocks, true, g.Dh, ds, index_t{1}, lds, Q.row(row0), Q.ld, dk_acc,
+                             ldk, kv_add);
         if constexpr (Score::beta_k != 0)
           for (index_t i = 0; i < br; ++i)
             for (index_t j = 0; j < bc; ++j) colsum[j] += ds[i * lds + j];
       }
       if (dq_acc)  // dQ_i += dS K_j
-        tile_gemm(br, g.Dh, bc, ds, lds, index_t{1}, K.row(g.k_row(b, h / g.group(), j0)), K.ld,
-                  dq_acc, ldk, q_add);
+        live_weights_product(t.blocks, false, g.Dh, ds, lds, index_t{1},
+                             K.row(g.k_row(b, h / g.group(), j0)), K.ld, dq_acc, ldk, q_add);
     };
     const index_t qtiles = block_count(g.Tq, attn_query_tile),
                   ktiles = block_count(g.Tk, attn_key_tile);
