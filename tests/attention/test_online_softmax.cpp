@@ -251,30 +251,25 @@ void check_tile_blocks(const Mask& m, index_t batch, index_t tq, index_t tk) {
         if (t.kind == attn::TileKind::all) CHECK(allowed == br * bc);
         if (t.kind != attn::TileKind::partial) continue;
         ++partial;
-        for (index_t r = 0; r < static_cast<index_t>(any.size()); ++r) {
-          index_t lo = bc, hi = 0;  // first and last live column, from the elements
-          for (index_t c = 0; c < static_cast<index_t>(any[0].size()); ++c) {
-            CHECK(t.live[r][c] == any[r][c]);
-            if (any[r][c]) {
-              lo = std::min(lo, c * E);
-              hi = std::min(bc, (c + 1) * E);
+        const index_t nr = static_cast<index_t>(any.size()),
+                      nc = static_cast<index_t>(any[0].size());
+        for (index_t r = 0; r < nr; ++r)
+          for (index_t c = 0; c < nc; ++c) CHECK(t.live[r][c] == any[r][c]);
+        // Block x of the rows (of_column false) or of the columns: the span [lo, hi) from its
+        // first to its last live block, from the elements, against the tile's answer.
+        auto check_span = [&](index_t x, bool of_column, std::pair<index_t, index_t> got) {
+          const index_t len = of_column ? br : bc, n = of_column ? nr : nc;
+          index_t lo = len, hi = 0;
+          for (index_t y = 0; y < n; ++y)
+            if (of_column ? any[y][x] : any[x][y]) {
+              lo = std::min(lo, y * E);
+              hi = std::min(len, (y + 1) * E);
             }
-          }
-          const auto [clo, chi] = t.columns(r);
-          CHECK(chi - clo == (hi > lo ? hi - lo : 0));
-          if (hi > lo) CHECK(clo == lo);
-        }
-        for (index_t c = 0; c < static_cast<index_t>(any[0].size()); ++c) {
-          index_t lo = br, hi = 0;
-          for (index_t r = 0; r < static_cast<index_t>(any.size()); ++r)
-            if (any[r][c]) {
-              lo = std::min(lo, r * E);
-              hi = std::min(br, (r + 1) * E);
-            }
-          const auto [rlo, rhi] = t.rows(c);
-          CHECK(rhi - rlo == (hi > lo ? hi - lo : 0));
-          if (hi > lo) CHECK(rlo == lo);
-        }
+          CHECK(got.second - got.first == (hi > lo ? hi - lo : 0));
+          if (hi > lo) CHECK(got.first == lo);
+        };
+        for (index_t r = 0; r < nr; ++r) check_span(r, false, t.columns(r));
+        for (index_t c = 0; c < nc; ++c) check_span(c, true, t.rows(c));
       }
   CHECK(partial > 0);  // the cases below are chosen to have partial tiles
 }
