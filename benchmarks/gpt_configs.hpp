@@ -1,4 +1,4 @@
-// benchmarks/gpt_configs.hpp: the GPT configurations the benchmarks share (the A and B,
+// benchmarks/gpt_configs.hpp: the GPT configurations the benchmarks share (the reference A and B,
 // and scripts/demo's char_gpt default), looked up by name, and the nn::GPTConfig of each.
 // Does not parse command lines or time anything: each benchmark does its own.
 #pragma once
@@ -16,7 +16,8 @@ struct GptShape {
   index_t vocab, layers, heads, embd, block, batch;
 };
 
-// demo: scripts/demo's char_gpt default; A and B: the training issue's reference configurations.
+// demo: scripts/demo's char_gpt default; A and B: the reference configurations of the training
+// benchmarks.
 inline constexpr GptShape gpt_shapes[] = {
     {"demo", 65, 4, 4, 128, 64, 32}, {"A", 256, 4, 8, 256, 128, 32}, {"B", 65, 6, 6, 384, 256, 16}};
 

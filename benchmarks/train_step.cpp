@@ -1,6 +1,7 @@
 // benchmarks/train_step: tokens per second of full GPT training steps (forward, backward, gradient
-// clipping, AdamW) for the reference configurations, the peak resident memory, and the
-// model FLOP rate against this machine's SGEMM rate measured in the same run.
+// clipping, AdamW) for the reference configurations A and B, the peak resident memory, the model
+// FLOP rate against this machine's SGEMM rate measured in the same run, and the tokens per second
+// the step's products would give at that rate (a ceiling: everything else free).
 // Does not use Google Benchmark: one configuration per process, so peak RSS belongs to it.
 //
 //   build/release/benchmarks/bench_train_step --config A --threads 2 --steps 10
@@ -204,6 +205,16 @@ int main(int argc, char** argv) {
       attn::nn::parameter_count(model) - cfg->vocab * cfg->embd - cfg->block * cfg->embd;
   const double flops_per_token = 6.0 * double(n + cfg->vocab * cfg->embd) +
                                  12.0 * double(cfg->layers * cfg->block * cfg->embd);
+  // The FLOPs the step performs in products, for the most it could reach at the SGEMM rate: the
+  // same 6 per weight and token, but only the causal half of each T x T product, and the fused
+  // backward's products as it runs them: the scores recomputed (unless the weights are kept),
+  // dP, dV, dK and dQ, each 2·T·D per token and layer like the forward's two.
+  const double T = double(cfg->block), D = double(cfg->embd);
+  const bool kept =
+      double(cfg->batch) * double(cfg->heads) * T * T <= double(attn::attn_saved_weights_limit);
+  const double product_flops_per_token =
+      6.0 * (12.0 * double(cfg->layers) * D * D + double(cfg->vocab) * D) +
+      double(cfg->layers) * T * D * (kept ? 12.0 : 14.0) / 2.0;
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double peak_gib = double(ru.ru_maxrss) / (1024.0 * 1024.0);
@@ -223,8 +234,11 @@ int main(int argc, char** argv) {
     std::printf(
         "  GEMM %s:\n"
         "    tokens/s %.0f | %.1f ms/step | %.1f CPU ms/step\n"
-        "    model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n",
+        "    model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n"
+        "    its products at that SGEMM rate: tokens/s %.0f (the step measured: %.0f%% of it)\n",
         attn::gemm_backend_name().c_str(), tokens / wall[b], 1e3 * wall[b] / steps,
-        1e3 * cpu[b] / steps, model_gflops, 100 * model_gflops / sgemm, sgemm);
+        1e3 * cpu[b] / steps, model_gflops, 100 * model_gflops / sgemm, sgemm,
+        sgemm * 1e9 / product_flops_per_token,
+        100 * tokens / wall[b] / (sgemm * 1e9 / product_flops_per_token));
   }
 }

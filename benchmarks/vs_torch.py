@@ -430,9 +430,10 @@ def train(a):
                                                           str(a.threads), "--steps", steps]))
         for k, (out, theirs) in enumerate(got, start=1):
             tok = float(re.search(r"tokens/s (\d+)", out).group(1))
+            ceiling = float(re.search(r"at that SGEMM rate: tokens/s (\d+)", out).group(1))
             (c, r), = theirs.items()
             rows.append({"what": "train", "who": "attn", "config": cfg, "threads": a.threads,
-                         "pair": k, "tokens_per_s": tok})
+                         "pair": k, "tokens_per_s": tok, "at_sgemm_tokens_per_s": ceiling})
             rows.append({"what": "train", "who": "torch", "config": cfg, "combo": combo_name(c),
                          "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
     print_train_pairs(rows)
@@ -451,6 +452,13 @@ def print_train_pairs(rows):
         print(f"{cfg:6s} in {len(ratios)} pairs with PyTorch {theirs[0]['combo']}: attn ÷ PyTorch "
               f"{spread(ratios)} (median, min-max); per pair "
               + ", ".join(f"{x:.2f}" for x in ratios))
+        # The most attn could show: the FLOPs its step performs in products, all at the SGEMM
+        # rate bench_train_step measured in the same process (CSVs before it lack the column).
+        ceiling = [r.get("at_sgemm_tokens_per_s") for r in mine if r["who"] == "attn"]
+        if all(isinstance(x, (int, float)) for x in ceiling):
+            print(f"{'':6s} attn's tokens/s measured ÷ with every product at its SGEMM rate "
+                  f"{spread([100 * t / x for t, x in zip(ours, ceiling)], ' %', 0)}; at that rate "
+                  f"attn ÷ PyTorch {spread([x / r['tokens_per_s'] for x, r in zip(ceiling, theirs)])}")
 
 
 def table(a):
