@@ -231,14 +231,14 @@ int main(int argc, char** argv) {
     attn::set_gemm_backend(backends[b]);
     const double model_gflops = flops_per_token * tokens / wall[b] / 1e9;
     const double sgemm = sgemm_gflops(1024);
+    const double ceiling = sgemm * 1e9 / product_flops_per_token;  // tokens/s
     std::printf(
         "  GEMM %s:\n"
         "    tokens/s %.0f | %.1f ms/step | %.1f CPU ms/step\n"
         "    model %.1f GFLOP/s = %.0f%% of attn SGEMM (n = 1024, same threads) %.1f GFLOP/s\n"
         "    its products at that SGEMM rate: tokens/s %.0f (the step measured: %.0f%% of it)\n",
         attn::gemm_backend_name().c_str(), tokens / wall[b], 1e3 * wall[b] / steps,
-        1e3 * cpu[b] / steps, model_gflops, 100 * model_gflops / sgemm, sgemm,
-        sgemm * 1e9 / product_flops_per_token,
-        100 * tokens / wall[b] / (sgemm * 1e9 / product_flops_per_token));
+        1e3 * cpu[b] / steps, model_gflops, 100 * model_gflops / sgemm, sgemm, ceiling,
+        100 * tokens / wall[b] / ceiling);
   }
 }
