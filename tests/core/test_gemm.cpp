@@ -172,6 +172,7 @@ TEST_CASE("gemm_inner_pieces: only small outputs with a long inner dimension are
   CHECK(attn::gemm_inner_pieces(256, 256, 1000) == 1);
   CHECK(attn::gemm_inner_pieces(4096, 256, 4096) == 1);
   CHECK(attn::gemm_inner_pieces(1024, 256, 4096) == 1);
+  CHECK(attn::gemm_inner_pieces(256, 256, 3072) == 2);  // not 3: two threads stay evenly loaded
 }
 
 TEST_CASE("gemm: a known 2x3 by 3x2 product") {
@@ -212,14 +213,22 @@ TEST_CASE("gemm: empty dimensions") {
   }
 }
 
-TEST_CASE("gemm_block_size depends only on the length and is at least 256") {
+TEST_CASE(
+    "gemm_block_size depends only on the length and gives 1, 2, 4 or 8 blocks, of at least "
+    "256 from n = 512") {
   CHECK(attn::gemm_block_size(1) == 256);
   CHECK(attn::gemm_block_size(1024) == 256);
   CHECK(attn::gemm_block_size(4096) == 512);
-  for (const attn::index_t n : {1, 63, 700, 2048, 5000, 100000}) {
-    CHECK(attn::gemm_block_size(n) >= 64);
-    CHECK(attn::gemm_block_size(n) % 16 == 0);
-    CHECK(attn::block_count(n, attn::gemm_block_size(n)) * attn::gemm_block_size(n) >= n);
+  CHECK(attn::gemm_block_size(768) == 384);   // 2 blocks, not 3 of 256
+  CHECK(attn::gemm_block_size(1152) == 288);  // 4 blocks, not 5 of 256
+  CHECK(attn::gemm_block_size(384) == 192);   // 2 halves, not 256 and 128
+  for (const attn::index_t n : {1, 63, 257, 384, 700, 768, 1152, 1536, 2048, 3000, 5000, 100000}) {
+    CAPTURE(n);
+    const attn::index_t bs = attn::gemm_block_size(n), blocks = attn::block_count(n, bs);
+    CHECK(bs >= (n >= 512 ? 256 : 128));
+    CHECK(bs % 16 == 0);
+    CHECK(blocks * bs >= n);
+    CHECK((blocks == 1 || blocks == 2 || blocks == 4 || blocks == 8));
   }
 }
 

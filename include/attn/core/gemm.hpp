@@ -181,21 +181,27 @@ std::vector<T>& gemm_partials() {
 
 }  // namespace detail
 
-// Row/column block size for splitting an output dimension of length n: about 8 blocks, none
-// smaller than 256 (each block repacks the whole other operand, so small blocks cost). Depends
-// only on n.
+// Row/column block size for splitting an output dimension of length n: 1, 2, 4 or 8 blocks of
+// equal length (a multiple of 16; the last one may be shorter), none below 256 from n = 512 on
+// (each block repacks the whole other operand, so small blocks cost; 256 < n < 512 is cut in two
+// halves). A power-of-two count keeps 2 or 4 threads evenly loaded: a weight gradient 768 wide
+// used to be 3 blocks of 256, which left one thread of two idle for a third of the product.
+// Depends only on n.
 constexpr index_t gemm_block_size(index_t n) {
-  return std::max<index_t>(256, (n / 8 + 15) / 16 * 16);
+  if (n <= 256) return 256;
+  const index_t blocks = n >= 2048 ? 8 : n >= 1024 ? 4 : 2;
+  return ((n + blocks - 1) / blocks + 15) / 16 * 16;
 }
 
 // Pieces the inner dimension k is cut into when the output is small (m, n <= 512: one or two
 // blocks, too few for the threads) but k is long: weight gradients [D, D] summed over B·T rows.
-// Up to 4 pieces of at least 1024, computed in parallel and added in piece order, so the rounding
-// depends on the sizes only. Without the split such a product would run on one or two threads,
-// unevenly when the output is 384 wide (blocks of 256 and 128).
+// 2 or 4 pieces of at least 1024 (a power of two, as the blocks above), computed in parallel and
+// added in piece order, so the rounding depends on the sizes only. Without the split such a
+// product would run on one or two threads, unevenly when the output is 384 wide (blocks of 256 and
+// 128). For larger outputs the split into blocks is as fast and needs no partial sums.
 constexpr index_t gemm_inner_pieces(index_t m, index_t n, index_t k) {
   if (std::max(m, n) > 512) return 1;
-  return std::clamp<index_t>(k / 1024, 1, 4);
+  return k >= 4096 ? 4 : k >= 2048 ? 2 : 1;
 }
 
 // C [M, N] = op(A) op(B) (+ C when accumulate), with op(A) [M, K] and op(B) [K, N]; A is stored
