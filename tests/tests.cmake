@@ -1,5 +1,10 @@
 # The unit tests: one executable per line (see attn_add_test in tests/CMakeLists.txt).
-attn_add_test(core core/test_shape.cpp core/test_tensor.cpp core/test_rng.cpp core/test_gemm.cpp core/test_fast_math.cpp)
+# RUN_HEAVY: optimised in the asan pass too (ATTN_RUN_HEAVY_FLAGS), where the rest is built at -O0;
+# given to the programs that run longer at -O0 than they take to compile at -O1 (Zen 3: core 44 s
+# run at -O0 against 20 s compile + 11 s run at -O1; attention 87 against 100 + 11, and the online
+# softmax 67 against 70 + 8, are close, and their run time is the asan pass's wall-clock tail).
+attn_add_test(core core/test_shape.cpp core/test_tensor.cpp core/test_rng.cpp core/test_gemm.cpp core/test_fast_math.cpp
+              RUN_HEAVY)
 attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodiff/test_tape.cpp
               autodiff/test_gradients.cpp autodiff/test_training.cpp)
 # Alone: it replaces the global operator new to count allocations.
@@ -9,7 +14,7 @@ attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
 attn_add_test(attention_paths attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp
               attention/test_paths_feature_map.cpp)
 attn_add_test(attention attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp
-              attention/test_masks.cpp)
+              attention/test_masks.cpp RUN_HEAVY)
 attn_add_test(attention_torch_parity attention/test_torch_parity.cpp DATA)
 attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp dist/test_shard.cpp DATA)
 # Programs that must not compile, each with the concept or static_assert it must trip.
@@ -42,7 +47,7 @@ attn_add_test(flash_block attention/test_flash_block.cpp)
 if(ATTN_CUDA)  # nvcc: tests/cuda/, suites cuda_host (runs anywhere) and cuda_device (needs a GPU)
   attn_add_cuda_test(cuda cuda/test_cuda.cu)
 endif()
-attn_add_test(attention_online_softmax attention/test_online_softmax.cpp)
+attn_add_test(attention_online_softmax attention/test_online_softmax.cpp RUN_HEAVY)
 attn_add_test(analysis analysis/test_certified.cpp)
 if(TARGET attn::hull)
   attn_add_test(analysis_hull analysis/test_hull.cpp LIBS attn::hull)
