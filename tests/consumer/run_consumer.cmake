@@ -44,11 +44,19 @@ endif()
 # ';' needs no escaping on a command line.
 set(init_cache "${WORK_DIR}/init.cmake")
 list(APPEND configure_args -C "${init_cache}")
+# The build type's own flags (Release: -O3) are replaced by -O0: the consumer checks the package,
+# not speed, and unoptimised it builds in about half the time.
 macro(write_init_cache)
+  set(_build_type_flags "")
+  if(BUILD_TYPE)
+    string(TOUPPER "${BUILD_TYPE}" _bt)
+    set(_build_type_flags "set(CMAKE_CXX_FLAGS_${_bt} [==[-O0]==] CACHE STRING \"\")\n")
+  endif()
   file(WRITE "${init_cache}"
        "set(CMAKE_PREFIX_PATH [==[${prefix_path}]==] CACHE STRING \"\")\n"
        "set(CMAKE_CXX_FLAGS [==[${CXX_FLAGS}]==] CACHE STRING \"\")\n"
-       "set(CMAKE_EXE_LINKER_FLAGS [==[${LINKER_FLAGS}]==] CACHE STRING \"\")\n")
+       "set(CMAKE_EXE_LINKER_FLAGS [==[${LINKER_FLAGS}]==] CACHE STRING \"\")\n"
+       "${_build_type_flags}")
 endmacro()
 
 if(MODE STREQUAL "find_package")
