@@ -9,8 +9,11 @@ attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodi
               autodiff/test_gradients.cpp autodiff/test_training.cpp)
 # Alone: it replaces the global operator new to count allocations.
 attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
-# Two programs, not one: the path checks instantiate every (score, kernel, mask) combination, and
-# one unity unit holding them and the rest was the longest compile of the build.
+# A program of its own: the path checks instantiate every (score, kernel, mask) combination, and
+# one unity unit holding them and the other attention tests was the longest compile of the build.
+# (Its three files are still one unity unit, the build's longest: about 200 CPU s under g++ -O2 on
+# a Zen 3. With ATTN_UNITY_TESTS=OFF they are three units that compile in parallel, each parsing
+# the headers and instantiating the shared fixture again.)
 attn_add_test(attention_paths attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp
               attention/test_paths_feature_map.cpp)
 attn_add_test(attention attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp

@@ -1,4 +1,5 @@
-// Shared by the test_paths_*.cpp files (one per kernel family, so they compile in parallel).
+// Shared by the test_paths_*.cpp files (one per kernel family; with ATTN_UNITY_TESTS=OFF, three
+// units that compile in parallel).
 // Every valid Score x Kernel x Mask combination: the path Attention chooses (fused online
 // softmax, linear, materialised) against the reference loops (forward), against the
 // materialised path (gradients of q, k, v), and against finite differences (double).
