@@ -1,8 +1,9 @@
 # The unit tests: one executable per line (see attn_add_test in tests/CMakeLists.txt).
 # RUN_HEAVY: optimised in the asan pass too (ATTN_RUN_HEAVY_FLAGS), where the rest is built at -O0;
-# given to the programs that run longer at -O0 than they take to compile at -O1 (Zen 3: core 44 s
-# run at -O0 against 20 s compile + 11 s run at -O1; attention 87 against 100 + 11, and the online
-# softmax 67 against 70 + 8, are close, and their run time is the asan pass's wall-clock tail).
+# given to the programs whose run at -O0 takes about as long as, or longer than, compiling and
+# running at -O1 (Zen 3: core 44 s run at -O0 against 20 s compile + 11 s run at -O1; attention 87
+# against 100 + 11 and the online softmax 67 against 70 + 8 are close, and unoptimised their runs
+# would lengthen the asan pass's wall-clock tail).
 attn_add_test(core core/test_shape.cpp core/test_tensor.cpp core/test_rng.cpp core/test_gemm.cpp core/test_fast_math.cpp
               RUN_HEAVY)
 attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodiff/test_tape.cpp
