@@ -13,8 +13,13 @@ each wrapped in \\verbatim ... \\endverbatim, so the text is shown exactly as wr
 in it is interpreted. Comments inside function bodies and trailing comments stay plain. The
 output has the same number of lines as the input, so Doxygen's line references stay right.
 
-Usage: doxygen_filter.py FILE   (writes the filtered file to stdout)
+Usage: doxygen_filter.py FILE              writes the filtered file to stdout
+       doxygen_filter.py --stage ROOT OUT  writes every .hpp under ROOT, filtered, to the same
+                                           path under OUT (one run for all headers; Doxygen's
+                                           INPUT_FILTER, doxygen_staged.sh, then only reads them:
+                                           a Python start per header cost most of the docs' build)
 """
+import os
 import re
 import sys
 
@@ -74,10 +79,30 @@ def filter_lines(lines):
     return out
 
 
+def filtered(path):
+    with open(path, encoding="utf-8") as f:
+        return "\n".join(filter_lines(f.read().split("\n")))
+
+
+def stage(root, out):
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if not name.endswith(".hpp"):
+                continue
+            target = os.path.join(out, os.path.relpath(os.path.join(folder, name), root))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target + ".tmp", "w", encoding="utf-8") as f:
+                f.write(filtered(os.path.join(folder, name)))
+            os.replace(target + ".tmp", target)
+
+
 def main():
-    with open(sys.argv[1], encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    sys.stdout.write("\n".join(filter_lines(lines)))
+    if len(sys.argv) == 4 and sys.argv[1] == "--stage":
+        stage(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 2:
+        sys.stdout.write(filtered(sys.argv[1]))
+    else:
+        sys.exit("usage: doxygen_filter.py FILE | doxygen_filter.py --stage ROOT OUT")
 
 
 if __name__ == "__main__":

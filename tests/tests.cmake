@@ -96,10 +96,21 @@ if(TARGET attn::dist AND MPIEXEC_EXECUTABLE)
       add_test(NAME dist_char_gpt COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dist/char_gpt.sh
                $<TARGET_FILE:char_gpt> ${PROJECT_SOURCE_DIR}/data/tinyshakespeare.txt
                ${CMAKE_CURRENT_BINARY_DIR}/dist_char_gpt ${ATTN_MPIRUN_LOOPBACK})
-      set_tests_properties(dist_char_gpt PROPERTIES TIMEOUT 180 LABELS dist PROCESSORS 2
+      set_tests_properties(dist_char_gpt PROPERTIES TIMEOUT 180 LABELS dist PROCESSORS 2 COST 33
                            ENVIRONMENT "${ATTN_MPIRUN_ENV}")
     endif()
   else()
     message(STATUS "attn: the attn::dist tests need Open MPI's mpirun, not ${MPIEXEC_EXECUTABLE}")
   endif()
 endif()
+
+# The order ctest starts tests in a new build tree (one without the cost data ctest keeps in
+# Testing/Temporary, as on a fresh CI clone): the costliest first, so that a long test does not
+# start late and run alone at the end of a pass. COST: seconds in the pass where the test is
+# slowest (Zen 3, ctest -j 2: the asan pass for these); later runs use ctest's own measurements.
+set_tests_properties(attention_paths PROPERTIES COST 100)
+set_tests_properties(flash_block PROPERTIES COST 64)
+set_tests_properties(nn PROPERTIES COST 34)
+set_tests_properties(teaching PROPERTIES COST 30)
+set_tests_properties(data PROPERTIES COST 20)
+set_tests_properties(autodiff analysis approx PROPERTIES COST 18)

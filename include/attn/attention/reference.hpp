@@ -69,24 +69,29 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
     for (index_t h = 0; h < g.H; ++h) {
       const index_t hk = h / g.group();
       [[maybe_unused]] const double c = detail::feature_input_scale<Score>(g.Dh);
-      std::vector<double> fk;  // feature maps: φ of every key of this head [Tk, F]
-      if constexpr (Kernel::feature_map)
+      // Feature maps: φ of every key [Tk, F] and of every query [Tq, F] of this head (a query
+      // row's features depend on that row alone; one call per head draws RandomFeatures' matrix
+      // once, not once per row).
+      std::vector<double> fk, fq;
+      if constexpr (Kernel::feature_map) {
         fk = detail::reference_features(kernel, rows(k, g.k_off(b, hk, 0), g.Tk, c), g.Dh,
                                         FeatureSide::key);
+        fq = detail::reference_features(kernel, rows(q, g.q_off(b, h, 0), g.Tq, c), g.Dh,
+                                        FeatureSide::query);
+      }
       for (index_t i = 0; i < g.Tq; ++i) {
         std::vector<double> kappa(static_cast<std::size_t>(g.Tk), 0.0);
         std::vector<bool> ok(static_cast<std::size_t>(g.Tk));
         for (index_t j = 0; j < g.Tk; ++j)
           ok[static_cast<std::size_t>(j)] = mask.allowed(b, i, j, g.Tq, g.Tk);
         if constexpr (Kernel::feature_map) {
-          const auto fq = detail::reference_features(kernel, rows(q, g.q_off(b, h, i), 1, c), g.Dh,
-                                                     FeatureSide::query);
-          const std::size_t F = fq.size();
+          const std::size_t F = fq.size() / static_cast<std::size_t>(g.Tq);
+          const double* fi = fq.data() + static_cast<std::size_t>(i) * F;
           for (index_t j = 0; j < g.Tk; ++j) {
             if (!ok[static_cast<std::size_t>(j)]) continue;
             double s = 0;
             for (std::size_t a = 0; a < F; ++a)
-              s += fq[a] * fk[static_cast<std::size_t>(j) * F + a];
+              s += fi[a] * fk[static_cast<std::size_t>(j) * F + a];
             kappa[static_cast<std::size_t>(j)] = s;
           }
         } else {
