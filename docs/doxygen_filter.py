@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Doxygen input filter for attn's headers (docs/Doxyfile.in: INPUT_FILTER).
+"""Doxygen input filter for attn's headers (cmake/attn_docs.cmake runs it; docs/Doxyfile.in).
 
 attn documents its code with plain `//` comments (the formula above each op, the contract above
 each type). Doxygen reads only `///` and `/** */` blocks, and would parse their text as markup
