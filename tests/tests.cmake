@@ -107,7 +107,8 @@ endif()
 # The order ctest starts tests in a new build tree (one without the cost data ctest keeps in
 # Testing/Temporary, as on a fresh CI clone): the costliest first, so that a long test does not
 # start late and run alone at the end of a pass. COST: seconds in the pass where the test is
-# slowest (Zen 3, ctest -j 2: the asan pass for these); later runs use ctest's own measurements.
+# slowest (Zen 3, ctest -j 2: the asan pass for these but data, whose 20 s are the ci pass's);
+# later runs use ctest's own measurements.
 set_tests_properties(attention_paths PROPERTIES COST 100)
 set_tests_properties(flash_block PROPERTIES COST 64)
 set_tests_properties(nn PROPERTIES COST 34)
