@@ -137,3 +137,46 @@ TEST_CASE("RandomFeatures: each query row scaled by its own constant, every key 
   CHECK_NOTHROW(
       kernel::RandomFeatures{}.map(narrow.data(), 1, 64, out.data(), attn::FeatureSide::key));
 }
+
+TEST_CASE("RandomFeatures: the per-thread matrix cache hands back the matrix of its own key") {
+  // Six keys cycled through a cache of four: every lookup after the first round is either a hit
+  // or a redraw after eviction, and keys differing in one field only (seed, d, F, type) must
+  // not be confused. The reference is each key's matrix drawn afresh, outside the cache.
+  struct Key {
+    index_t features, d;
+    std::uint64_t seed;
+  };
+  const Key keys[] = {{16, 6, 4}, {16, 6, 5}, {16, 7, 4}, {17, 6, 4}, {8, 3, 4}, {16, 6, 4}};
+  auto same = [](const Tensor<double>& a, const Tensor<double>& b) {
+    return a.shape() == b.shape() && attn::max_abs_diff(a, b) == 0.0;
+  };
+  const auto first = attn::detail::cached_random_feature_matrix<double>(16, 6, 4);
+  for (int round = 0; round < 3; ++round)
+    for (const Key& k : keys) {
+      const auto got = attn::detail::cached_random_feature_matrix<double>(k.features, k.d, k.seed);
+      CHECK(same(*got, attn::random_feature_matrix<double>(k.features, k.d, k.seed)));
+    }
+  // A matrix handed out earlier outlives its eviction.
+  CHECK(same(*first, attn::random_feature_matrix<double>(16, 6, 4)));
+  // float and double keep separate caches, each with its own type's matrix.
+  const auto f = attn::detail::cached_random_feature_matrix<float>(16, 6, 4);
+  CHECK(attn::max_abs_diff(*f, attn::random_feature_matrix<float>(16, 6, 4)) == 0.0);
+  // Every thread of a parallel loop fills its own cache with the same matrices.
+  std::vector<int> ok(8, 0);
+  attn::parallel_for(8, 1e9, [&](index_t i) {
+    const Key& k = keys[static_cast<std::size_t>(i % 5)];
+    ok[static_cast<std::size_t>(i)] =
+        same(*attn::detail::cached_random_feature_matrix<double>(k.features, k.d, k.seed),
+             attn::random_feature_matrix<double>(k.features, k.d, k.seed));
+  });
+  CHECK(std::count(ok.begin(), ok.end(), 1) == 8);
+  // map() after its matrix was evicted and redrawn gives the same features.
+  const kernel::RandomFeatures rf{16, 4};
+  attn::Rng rng(21);
+  const Tensor<double> x = Tensor<double>::randn({3, 6}, rng);
+  std::vector<double> before(3 * 16), after(3 * 16);
+  rf.map(x.data(), 3, 6, before.data(), attn::FeatureSide::key);
+  for (const Key& k : keys) attn::detail::cached_random_feature_matrix<double>(k.features, k.d, 99);
+  rf.map(x.data(), 3, 6, after.data(), attn::FeatureSide::key);
+  CHECK(before == after);
+}

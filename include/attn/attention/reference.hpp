@@ -69,9 +69,8 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
     for (index_t h = 0; h < g.H; ++h) {
       const index_t hk = h / g.group();
       [[maybe_unused]] const double c = detail::feature_input_scale<Score>(g.Dh);
-      // Feature maps: φ of every key [Tk, F] and of every query [Tq, F] of this head (a query
-      // row's features depend on that row alone; one call per head draws RandomFeatures' matrix
-      // once, not once per row).
+      // Feature maps: φ of every key [Tk, F] and of every query [Tq, F] of this head, one call
+      // each (a query row's features depend on that row alone).
       std::vector<double> fk, fq;
       if constexpr (Kernel::feature_map) {
         fk = detail::reference_features(kernel, rows(k, g.k_off(b, hk, 0), g.Tk, c), g.Dh,
