@@ -139,9 +139,10 @@ TEST_CASE("RandomFeatures: each query row scaled by its own constant, every key 
 }
 
 TEST_CASE("RandomFeatures: the per-thread matrix cache hands back the matrix of its own key") {
-  // Six keys cycled through a cache of four: every lookup after the first round is either a hit
-  // or a redraw after eviction, and keys differing in one field only (seed, d, F, type) must
-  // not be confused. The reference is each key's matrix drawn afresh, outside the cache.
+  // Five distinct keys (the first repeated last) cycled through a cache of four: every lookup
+  // after the first round is either a hit or a redraw after eviction, and keys differing in one
+  // field only (seed, d, F; the type below) must not be confused. The reference is each key's
+  // matrix drawn afresh, outside the cache.
   struct Key {
     index_t features, d;
     std::uint64_t seed;
