@@ -3,7 +3,9 @@
 separate q/k/v/out projections with biases, exact-GELU MLP of width 4D, final LayerNorm, bias-free
 head), the same configurations, full training steps (forward, backward, clip_grad_norm_, AdamW
 with decay on matrices only), float32 on the CPU. Attention is written out as nanoGPT does on
-torch < 2.0 (masked_fill + softmax), since torch 1.13 has no fused attention.
+torch < 2.0 (masked_fill + softmax), since torch 1.13 has no fused attention. --dropout P drops
+where attn's GPT does (and nanoGPT): the embeddings, the attention weights, and each residual
+branch before it is added.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 benchmarks/torch_train_step.py \
         --config A --threads 2 --steps 10
@@ -27,9 +29,10 @@ CONFIGS = {"A": dict(vocab=256, layers=4, heads=8, embd=256, block=128, batch=32
 
 
 class Attention(nn.Module):
-    def __init__(self, d, h, block):
+    def __init__(self, d, h, block, dropout):
         super().__init__()
         self.h = h
+        self.drop = nn.Dropout(dropout)
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
         self.register_buffer("mask", torch.tril(torch.ones(block, block, dtype=torch.bool)))
 
@@ -39,33 +42,35 @@ class Attention(nn.Module):
         q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
         s = (q @ k.transpose(-2, -1)) / math.sqrt(D // self.h)
         s = s.masked_fill(~self.mask[:T, :T], float("-inf"))
-        y = F.softmax(s, dim=-1) @ v
+        y = self.drop(F.softmax(s, dim=-1)) @ v
         return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
 
 
 class Block(nn.Module):
-    def __init__(self, d, h, block):
+    def __init__(self, d, h, block, dropout):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = Attention(d, h, block)
+        self.attn = Attention(d, h, block, dropout)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        x = x + self.drop1(self.attn(self.ln1(x)))
+        return x + self.drop2(self.mlp(self.ln2(x)))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, layers, heads, embd, block):
+    def __init__(self, vocab, layers, heads, embd, block, dropout):
         super().__init__()
         self.tok_emb, self.pos_emb = nn.Embedding(vocab, embd), nn.Embedding(block, embd)
-        self.blocks = nn.ModuleList(Block(embd, heads, block) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(embd, heads, block, dropout) for _ in range(layers))
         self.ln_f = nn.LayerNorm(embd)
         self.head = nn.Linear(embd, vocab, bias=False)
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(torch.arange(T)))
         for b in self.blocks:
             x = b(x)
         logits = self.head(self.ln_f(x))
@@ -77,13 +82,17 @@ def main():
     ap.add_argument("--config", choices=CONFIGS, default="A")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="dropout while training (default 0, as the configurations)")
     ap.add_argument("--json", action="store_true",
                     help="one JSON object instead of the text lines (for vs_torch.py)")
     args = ap.parse_args()
+    if not 0.0 <= args.dropout < 1.0:
+        ap.error(f"--dropout must be in [0, 1), got {args.dropout}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     c = CONFIGS[args.config]
-    model = GPT(c["vocab"], c["layers"], c["heads"], c["embd"], c["block"])
+    model = GPT(c["vocab"], c["layers"], c["heads"], c["embd"], c["block"], args.dropout)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -109,12 +118,13 @@ def main():
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     if args.json:
         print(json.dumps({"torch": torch.__version__, "config": args.config,
-                          "threads": args.threads, "steps": args.steps,
+                          "dropout": args.dropout, "threads": args.threads, "steps": args.steps,
                           "tokens_per_s": tokens / secs,
                           "ms_per_step": 1e3 * secs / args.steps,
                           "loss": loss, "peak_rss_gib": peak}))
         return
-    print(f"torch {torch.__version__} config {args.config} {c}, {args.threads} threads, "
+    print(f"torch {torch.__version__} config {args.config} {c}, dropout {args.dropout:g}, "
+          f"{args.threads} threads, "
           f"{args.steps} steps\n  tokens/s {tokens / secs:.0f} | {1e3 * secs / args.steps:.1f} ms/step"
           f" | loss {loss:.4f} | peak RSS {peak:.2f} GiB")
 

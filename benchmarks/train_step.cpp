@@ -8,13 +8,16 @@
 //   build/release/benchmarks/bench_train_step --config B --threads 2 --steps 5
 //   build/release/benchmarks/bench_train_step --config A --threads 1 --gemm compare --steps 4
 //   build/release/benchmarks/bench_train_step --config A --gemm-shapes
+//   build/release/benchmarks/bench_train_step --config A --dropout 0.1
 //
 // --gemm picks attn::gemm's backend (auto: the library's default; eigen; openblas); compare
 // alternates the two, a few steps each, in one process, and reports both (for A/B figures on a
 // shared machine: load changes affect both alike). Besides wall-clock tokens/s it prints the
 // process CPU seconds per step, which a loaded machine inflates less (at 1 thread).
 // --gemm-shapes instead times attn::gemm alone on the configuration's GEMM shapes (one thread,
-// CPU time of the calling thread, backends interleaved) and exits.
+// CPU time of the calling thread, backends interleaved) and exits. --dropout P trains with dropout
+// P on the embeddings, the residual branches and the attention weights (A and B have none; the
+// birth-place trainer's model, close to A, uses 0.1).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -129,6 +132,7 @@ double sgemm_gflops(index_t n) {
 int main(int argc, char** argv) {
   std::string which = "A", gemm = "auto";
   int threads = 2, steps = 10;
+  double dropout = 0.0;
   bool shapes = false;
   CLI::App app{"bench_train_step: tokens/s of full GPT training steps"};
   bench::add_config_option(app, which);
@@ -138,6 +142,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench::add_gemm_option(app, gemm, {"compare"});
   app.add_flag("--gemm-shapes", shapes, "time attn::gemm alone on the configuration's shapes");
+  app.add_option("--dropout", dropout, "dropout while training (embeddings, residuals, weights)")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const Config* cfg = bench::find_gpt_shape(which.c_str());
   attn::set_num_threads(threads);
@@ -153,7 +160,9 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  attn::nn::GPT<Attn> model(bench::gpt_config(*cfg));
+  attn::nn::GPTConfig config = bench::gpt_config(*cfg);
+  config.dropout = dropout;
+  attn::nn::GPT<Attn> model(config);
   auto params = attn::optim::parameters_of<float>(model);
   attn::optim::AdamConfig ac;
   ac.lr = 1e-4;
@@ -221,11 +230,11 @@ int main(int argc, char** argv) {
   double load[3] = {0, 0, 0};
   const bool have_load = getloadavg(load, 3) == 3;
   std::printf(
-      "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld, batch %lld), "
-      "%d threads, %d steps; load average %.2f\n"
+      "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld, batch %lld, "
+      "dropout %g), %d threads, %d steps; load average %.2f\n"
       "  loss %.4f | peak RSS %.2f GiB\n",
       cfg->name, (long long)cfg->vocab, (long long)cfg->layers, (long long)cfg->heads,
-      (long long)cfg->embd, (long long)cfg->block, (long long)cfg->batch, threads, steps,
+      (long long)cfg->embd, (long long)cfg->block, (long long)cfg->batch, dropout, threads, steps,
       have_load ? load[0] : -1.0, loss, peak_gib);
   for (std::size_t b = 0; b < backends.size(); ++b) {
     attn::set_gemm_backend(backends[b]);

@@ -2,7 +2,7 @@
 """attn against PyTorch at its fastest on this machine, as ratios measured in one run.
 
     benchmarks/vs_torch.py attention --build build/release [--lengths 1024,4096] [--reps 5]
-    benchmarks/vs_torch.py train --build build/release [--configs A,B]
+    benchmarks/vs_torch.py train --build build/release [--configs A,B] [--dropout 0.1]
     benchmarks/vs_torch.py generate --build build/release [--configs A,B]
     benchmarks/vs_torch.py train --avx2 --build build/release-avx2    # AVX2 code paths only
     benchmarks/vs_torch.py train --rounds 3    # on a machine whose speed drifts (see below)
@@ -397,22 +397,23 @@ def train(a):
     print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
           f"threads (t/b)")
     table = []
+    drop = ["--dropout", str(a.dropout)]
     for cfg in a.configs.split(","):
         steps = "10" if cfg == "A" else "5"
         runs, outs = rounds(
-            a, lambda: torch_runs("torch_train_step.py", ["--config", cfg, "--steps", steps]),
+            a, lambda: torch_runs("torch_train_step.py", ["--config", cfg, "--steps", steps] + drop),
             lambda: bench(a.build, "train_step", ["--config", cfg, "--threads", str(a.threads),
-                                                  "--steps", steps]))
+                                                  "--steps", steps] + drop))
         toks = [float(re.search(r"tokens/s (\d+)", out).group(1)) for out in outs]
         rss = max(float(re.search(r"peak RSS ([\d.]+) GiB", out).group(1)) for out in outs)
         tb, tc = best(runs, lambda r: r[0], "tokens_per_s", lower_is_better=False)
         trss = runs[tc][0]["peak_rss_gib"]
         table.append((cfg, toks, rss, tb, tc, trss, runs))
-        rows += [{"what": "train", "who": "attn", "config": cfg, "threads": a.threads,
-                  "round": k + 1, "tokens_per_s": tok, "peak_rss_gib": rss}
+        rows += [{"what": "train", "who": "attn", "config": cfg, "dropout": a.dropout,
+                  "threads": a.threads, "round": k + 1, "tokens_per_s": tok, "peak_rss_gib": rss}
                  for k, tok in enumerate(toks)]
-        rows += [{"what": "train", "who": "torch", "config": cfg, "combo": combo_name(c),
-                  "round": c[2], "tokens_per_s": r[0]["tokens_per_s"],
+        rows += [{"what": "train", "who": "torch", "config": cfg, "dropout": a.dropout,
+                  "combo": combo_name(c), "round": c[2], "tokens_per_s": r[0]["tokens_per_s"],
                   "peak_rss_gib": r[0]["peak_rss_gib"]} for c, r in runs.items()]
     print("config | attn tokens/s  RSS GiB | PyTorch t1/b1  t1/b2  t2/b1  t2/b2 | "
           "best (RSS GiB)     | ratio")
@@ -424,18 +425,20 @@ def train(a):
     for cfg, _, _, _, tc, _, _ in table if a.pairs else []:
         steps = "10" if cfg == "A" else "5"
         got = pairs(a, {tc[:2]},
-                    lambda c: torch_run("torch_train_step.py", ["--config", cfg, "--steps", steps],
-                                        c),
+                    lambda c: torch_run("torch_train_step.py",
+                                        ["--config", cfg, "--steps", steps] + drop, c),
                     lambda: bench(a.build, "train_step", ["--config", cfg, "--threads",
-                                                          str(a.threads), "--steps", steps]))
+                                                          str(a.threads), "--steps", steps]
+                                  + drop))
         for k, (out, theirs) in enumerate(got, start=1):
             tok = float(re.search(r"tokens/s (\d+)", out).group(1))
             ceiling = float(re.search(r"at that SGEMM rate: tokens/s (\d+)", out).group(1))
             (c, r), = theirs.items()
-            rows.append({"what": "train", "who": "attn", "config": cfg, "threads": a.threads,
-                         "pair": k, "tokens_per_s": tok, "at_sgemm_tokens_per_s": ceiling})
-            rows.append({"what": "train", "who": "torch", "config": cfg, "combo": combo_name(c),
-                         "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
+            rows.append({"what": "train", "who": "attn", "config": cfg, "dropout": a.dropout,
+                         "threads": a.threads, "pair": k, "tokens_per_s": tok,
+                         "at_sgemm_tokens_per_s": ceiling})
+            rows.append({"what": "train", "who": "torch", "config": cfg, "dropout": a.dropout,
+                         "combo": combo_name(c), "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
     print_train_pairs(rows)
     write_csv(a.csv, rows)
 
@@ -532,6 +535,10 @@ def main():
             p.add_argument("--reps", type=int, default=5)
         else:
             p.add_argument("--configs", default="A,B")
+        if name == "train":
+            p.add_argument("--dropout", type=float, default=0.0,
+                           help="train with this dropout on both sides (default 0, as the "
+                                "configurations)")
         if name == "generate":
             p.add_argument("--prompt", type=int, default=16)
             p.add_argument("--tokens", type=int, default=256)
@@ -544,6 +551,8 @@ def main():
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
     if getattr(a, "pairs", 0) < 0:
         ap.error(f"--pairs must be 0 or more, got {a.pairs}")
+    if not 0.0 <= getattr(a, "dropout", 0.0) <= 0.95:
+        ap.error(f"--dropout must be in [0, 0.95], got {a.dropout}")
     global OTHERS, AVX2
     OTHERS = a.others
     AVX2 = a.avx2

@@ -1,7 +1,9 @@
 // Attention: thread-count independence, dropout on the weights, and input errors.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <attn/attn.hpp>
+#include <cmath>
 #include <string>
 #include <tuple>
 
@@ -61,6 +63,48 @@ TEST_CASE(
   };
   check(fused);
   check(slow);
+}
+
+TEST_CASE(
+    "dropout on the weights keeps weight (b, h, i, j) iff hash_uniform(seed, position) >= p") {
+  // The reference: the undropped weights from the same operator, the mask written out with
+  // hash_uniform at position ((b·H + h)·Tq + i)·Tk + j, and O = (W ∘ M / (1 − p)) V by loops.
+  attn::Rng rng(10);
+  constexpr attn::index_t B = 2, H = 2, T = 37, D = 3, Dv = 2;
+  const Tensor<double> q = Tensor<double>::randn({B, H, T, D}, rng),
+                       k = Tensor<double>::randn({B, H, T, D}, rng),
+                       v = Tensor<double>::randn({B, H, T, Dv}, rng);
+  attn::Attention<score::ScaledDot, kernel::Softmax, mask::Causal> op;
+  attn::Tape<double> tape;
+  Tensor<double> w;
+  (void)op(tape.leaf(q), tape.leaf(k), tape.leaf(v), &w);
+  const double p = 0.4;
+  const std::uint64_t seed = 21;
+  op.dropout = {p, seed};
+  const auto fused = op(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+  const auto plain = op.materialized(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+  double worst = 0;
+  int dropped = 0;
+  for (attn::index_t b = 0; b < B; ++b)
+    for (attn::index_t h = 0; h < H; ++h)
+      for (attn::index_t i = 0; i < T; ++i)
+        for (attn::index_t d = 0; d < Dv; ++d) {
+          double o = 0;
+          for (attn::index_t j = 0; j < T; ++j) {
+            const auto pos = static_cast<std::uint64_t>(((b * H + h) * T + i) * T + j);
+            const bool kept = attn::hash_uniform(seed, pos) >= p;
+            dropped += !kept && d == 0;
+            if (kept) o += w(b, h, i, j) / (1 - p) * v(b, h, j, d);
+          }
+          worst = std::max({worst, std::abs(fused.value()(b, h, i, d) - o),
+                            std::abs(plain.value()(b, h, i, d) - o)});
+        }
+  CHECK(worst < 1e-12);
+  CHECK(dropped > 0.3 * B * H * T * T);  // about p of them
+  op.dropout.p = 1.5;
+  CHECK_THROWS_AS(op(tape.leaf(q), tape.leaf(k), tape.leaf(v)), attn::value_error);
+  op.dropout.p = -0.1;
+  CHECK_THROWS_AS(op(tape.leaf(q), tape.leaf(k), tape.leaf(v)), attn::value_error);
 }
 
 TEST_CASE("attention rejects mismatched shapes and unusable masks, naming them") {

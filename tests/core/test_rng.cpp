@@ -1,6 +1,7 @@
-// Tests for attn::Rng and attn::hash_uniform (core/rng.hpp): golden streams that pin the exact
-// bits on every platform, the ranges and statistics of each distribution, and reseeding.
-// The golden constants come from tests/core/rng_reference.py, an independent Python version.
+// Tests for attn::Rng, attn::hash_uniform and attn::DropoutMask (core/rng.hpp): golden streams that
+// pin the exact bits on every platform, the ranges and statistics of each distribution, and
+// reseeding. The golden constants come from tests/core/rng_reference.py, an independent Python
+// version.
 #include <doctest/doctest.h>
 #include <attn/core/rng.hpp>
 
@@ -248,4 +249,72 @@ TEST_CASE("hash_uniform: deterministic, in [0, 1), golden, and uniform over coun
     ++counts[static_cast<std::size_t>(u * 10)];
   }
   CHECK(chi_square(counts, n) < 27.88);
+}
+
+// The dropout mask's definition, written out with hash_uniform: kept iff hash_uniform >= p.
+template <class T>
+T dropped_or_scaled(T x, std::uint64_t seed, std::uint64_t counter, double p) {
+  if (!(attn::hash_uniform(seed, counter) >= p)) return T{0};
+  return x * static_cast<T>(1.0 / (1.0 - p));
+}
+
+TEST_CASE_TEMPLATE("DropoutMask: the decisions and values of hash_uniform(seed, i) >= p", T, float,
+                   double) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const std::uint64_t seed = 2024, first = 1000;
+  constexpr std::int64_t n = 517;  // not a multiple of a vector's width
+  std::array<T, n> x{};
+  for (std::int64_t i = 0; i < n; ++i) x[std::size_t(i)] = T(0.25) * T(i % 13) - T(1.5);
+  x[3] = T(inf);  // a dropped or kept inf / NaN must follow the definition too
+  x[4] = T(-inf);
+  x[5] = std::numeric_limits<T>::quiet_NaN();
+  auto same = [](T a, T b) { return (std::isnan(a) && std::isnan(b)) || a == b; };
+
+  for (const double p : {0.0, 0x1.0p-53, 0.1, 0.5, 0.9, 1.0}) {
+    CAPTURE(p);
+    const attn::DropoutMask mask(seed, p);
+    std::array<T, n> y{}, y1{}, y2{}, acc{};
+    acc.fill(T(2));
+    mask.apply(x.data(), y.data(), n, first);
+    mask.apply(x.data(), y1.data(), x.data(), y2.data(), n, first);
+    mask.apply_add(x.data(), acc.data(), n, first);
+    int mismatches = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto c = first + static_cast<std::uint64_t>(i);
+      const T want = p < 1.0 ? dropped_or_scaled(x[std::size_t(i)], seed, c, p) : T{0};
+      mismatches += mask.keep(c) != (attn::hash_uniform(seed, c) >= p);
+      mismatches += !same(y[std::size_t(i)], want) || !same(y1[std::size_t(i)], want) ||
+                    !same(y2[std::size_t(i)], want) || !same(acc[std::size_t(i)], T(2) + want);
+    }
+    CHECK(mismatches == 0);
+  }
+  // In place (y = x).
+  std::array<T, n> z = x;
+  attn::DropoutMask(seed, 0.3).apply(z.data(), z.data(), n, 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    CHECK(
+        same(z[std::size_t(i)], dropped_or_scaled(x[std::size_t(i)], seed, std::uint64_t(i), 0.3)));
+}
+
+TEST_CASE("DropoutMask: p on either side of a hash value decides that element as hash_uniform") {
+  // For a counter whose hash_uniform is u, p = u keeps it (u >= p) and the next double above u
+  // drops it: the integer threshold must round p up, not down, and compare with >=.
+  const std::uint64_t seed = 77;
+  for (std::uint64_t c = 0; c < 50; ++c) {
+    const double u = attn::hash_uniform(seed, c);
+    CAPTURE(c);
+    CHECK(attn::DropoutMask(seed, u).keep(c));
+    CHECK_FALSE(attn::DropoutMask(seed, std::nextafter(u, 1.0)).keep(c));
+    if (u > 0.0) CHECK(attn::DropoutMask(seed, std::nextafter(u, 0.0)).keep(c));
+  }
+  for (const double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    CAPTURE(bad);
+    std::string message;
+    try {
+      attn::DropoutMask mask(seed, bad);
+    } catch (const attn::value_error& e) {
+      message = e.what();
+    }
+    CHECK(message.find("dropout: p must be in [0, 1]") != std::string::npos);
+  }
 }

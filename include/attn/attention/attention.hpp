@@ -50,7 +50,7 @@ struct Attention {
   template <class T>
   Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                     Tensor<T>* weights = nullptr) const {
-    check_key_length();
+    check_settings();
     if constexpr (linear_path) {
       // The linear path never forms the weights, so it cannot return or drop them.
       if (weights == nullptr && !dropout.active()) {
@@ -83,7 +83,7 @@ struct Attention {
   template <class T>
   Var<T> materialized(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                       Tensor<T>* weights = nullptr) const {
-    check_key_length();
+    check_settings();
     if constexpr (Kernel::feature_map) {
       auto [fq, fk] = features(q, k);
       return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
@@ -98,9 +98,10 @@ struct Attention {
   }
 
  private:
-  void check_key_length() const {
+  void check_settings() const {
     ATTN_CHECK(key_length == 0 || !Kernel::feature_map, value_error, "attention: key_length ",
                key_length, " needs a score kernel; feature maps read whole key tensors");
+    dropout.check("attention");
   }
 
   // φ(c q), φ(c k) of a feature-map kernel, c scaling the inputs to the score (score.hpp).

@@ -203,6 +203,7 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
   Tape<T>& tape = a.tape();
   const detail::AttentionGeometry g = detail::checked_geometry(a, bk, v, "attention", key_length);
   mask.validate(g.B, g.Tq, g.Tk);
+  dropout.check("attention");
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              a.requires_grad() || bk.requires_grad() || v.requires_grad());
   if (weights) weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});

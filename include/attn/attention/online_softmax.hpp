@@ -48,17 +48,20 @@ struct AttentionDropout {
   std::uint64_t seed = 0;
 
   bool active() const { return p > 0.0; }
-  // Multiplies a tile of weights, rows [i0, ...) and columns [j0, ...) of head row base `row0`,
-  // by the kept mask / (1 − p).
+  // Throws value_error unless p is in [0, 1]; `who` names the operation.
+  void check(const char* who) const {
+    ATTN_CHECK(p >= 0.0 && p <= 1.0, value_error, who, ": dropout p must be in [0, 1], got ", p);
+  }
+  DropoutMask mask() const { return DropoutMask(seed, p); }
+  // Multiplies a row-major tile of weights, rows [row0, ...) of a head's Tq x tk weights and
+  // columns [j0, ...), by the kept mask / (1 − p).
   template <class M>
   void apply(M& tile, index_t row0, index_t tk, index_t j0) const {
-    using T = typename M::Scalar;
-    const T keep = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T{0};
+    if (tile.cols() == 0) return;
+    const DropoutMask m = mask();
     for (index_t i = 0; i < tile.rows(); ++i)
-      for (index_t j = 0; j < tile.cols(); ++j) {
-        const auto pos = static_cast<std::uint64_t>((row0 + i) * tk + j0 + j);
-        tile(i, j) = hash_uniform(seed, pos) >= p ? tile(i, j) * keep : T{0};
-      }
+      m.apply(&tile(i, 0), &tile(i, 0), tile.cols(),
+              static_cast<std::uint64_t>((row0 + i) * tk + j0));
   }
 };
 
@@ -554,6 +557,7 @@ struct OnlineSoftmaxOp {
     constexpr T ninf = -std::numeric_limits<T>::infinity();
     constexpr index_t lds = attn_key_tile;
     const index_t ldk = packet_round<T>(g.Dh), ldv = packet_round<T>(g.Dv);
+    const DropoutMask drop = dropout.mask();
 
     AttentionLayout<T>& layout = attention_layout<T>();
     const ScoreTiles<T, Score, Mask> scores =
@@ -600,11 +604,9 @@ struct OnlineSoftmaxOp {
       t.pv = t.p;
       t.ldpv = t.ldp;
       if (dropout.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
-        TileMap<T> dpm(dp, br, bc, Eigen::OuterStride<>(lds));
-        dropout.apply(dpm, row0, g.Tk, j0);
-        for (index_t i = 0; i < br; ++i) std::copy_n(t.p + i * t.ldp, bc, sc.pm.data() + i * lds);
-        TileMap<T> pm(sc.pm.data(), br, bc, Eigen::OuterStride<>(lds));
-        dropout.apply(pm, row0, g.Tk, j0);
+        for (index_t i = 0; i < br; ++i)  // dP ∘ M in place, P ∘ M into pm: one mask
+          drop.apply(dp + i * lds, dp + i * lds, t.p + i * t.ldp, sc.pm.data() + i * lds, bc,
+                     static_cast<std::uint64_t>((row0 + i) * g.Tk + j0));
         t.pv = sc.pm.data();
         t.ldpv = lds;
       }
@@ -787,6 +789,7 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
     Tape<T>& tape = q.tape();
     const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention", key_length);
     mask.validate(g.B, g.Tq, g.Tk);
+    dropout.check("attention");
     auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                                q.requires_grad() || k.requires_grad() || v.requires_grad());
     const bool keep = node.requires_grad && detail::save_weights_for_backward(plan, g);

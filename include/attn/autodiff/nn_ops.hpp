@@ -211,6 +211,16 @@ struct CrossEntropyOp {
   }
 };
 
+// f(lo, n) for the blocks [lo, lo + n) of [0, total) that dropout's loops run in parallel.
+template <class F>
+void dropout_blocks(index_t total, F&& f) {
+  constexpr index_t block = 4096;
+  parallel_for(block_count(total, block), 4.0 * double(block), [&](index_t blk) {
+    const index_t lo = blk * block;
+    f(lo, std::min(block, total - lo));
+  });
+}
+
 struct DropoutOp {
   std::int32_t x;
   double p;
@@ -223,10 +233,12 @@ struct DropoutOp {
     if (!tape.requires_grad(x)) return;
     const auto gx = tape.grad_write(x);
     const T* gy = self.grad->data();
-    const T keep = T(1.0 / (1.0 - p));
-    parallel_for(self.grad->numel(), 4.0, [&](index_t i) {
-      const T d = hash_uniform(seed, static_cast<std::uint64_t>(i)) >= p ? gy[i] * keep : T{0};
-      gx.data[i] = gx.accumulate ? gx.data[i] + d : d;
+    const DropoutMask mask(seed, p);
+    dropout_blocks(self.grad->numel(), [&](index_t lo, index_t n) {
+      if (gx.accumulate)
+        mask.apply_add(gy + lo, gx.data + lo, n, static_cast<std::uint64_t>(lo));
+      else
+        mask.apply(gy + lo, gx.data + lo, n, static_cast<std::uint64_t>(lo));
     });
   }
 };
@@ -406,11 +418,11 @@ auto dropout(const X& x_in, double p, Rng& rng, bool training = true) {
   tape.check(x, "dropout");
   const std::uint64_t seed = rng.split();
   auto [y, node] = tape.push(x.shape(), "dropout", x.requires_grad());
-  const T keep = p < 1.0 ? T(1.0 / (1.0 - p)) : T{0};
+  const DropoutMask mask(seed, p);
   const T* xv = x.value().data();
   T* yv = node.value->data();
-  parallel_for(x.numel(), 4.0, [&](index_t i) {
-    yv[i] = hash_uniform(seed, static_cast<std::uint64_t>(i)) >= p ? xv[i] * keep : T{0};
+  detail::dropout_blocks(x.numel(), [&](index_t lo, index_t n) {
+    mask.apply(xv + lo, yv + lo, n, static_cast<std::uint64_t>(lo));
   });
   tape.set_backward(node, detail::DropoutOp{x.index(), p, seed});
   return y;

@@ -3,11 +3,13 @@
 // Does not use std::*_distribution: their output differs between standard libraries.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numbers>
 #include <span>
+#include <type_traits>
 #include <utility>
 
 #include "error.hpp"
@@ -38,12 +40,83 @@ constexpr double bits_to_unit_double(std::uint64_t bits) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
+namespace detail {
+
+// The 64-bit hash behind hash_uniform and DropoutMask, from splitmix64(seed) (computed once per
+// draw by DropoutMask) and the counter.
+constexpr std::uint64_t counter_hash(std::uint64_t mixed_seed, std::uint64_t counter) {
+  return splitmix64(mixed_seed ^ (counter * 0xD1B54A32D192ED03ull));
+}
+
+}  // namespace detail
+
 // A uniform double in [0, 1) that depends only on (seed, counter): the same value whichever thread
 // draws it, so parallel loops (dropout masks) give the same result for every thread count.
 constexpr double hash_uniform(std::uint64_t seed, std::uint64_t counter) {
-  return bits_to_unit_double(
-      detail::splitmix64(detail::splitmix64(seed) ^ (counter * 0xD1B54A32D192ED03ull)));
+  return bits_to_unit_double(detail::counter_hash(detail::splitmix64(seed), counter));
 }
+
+// The masks of inverted dropout with drop probability p: element `counter` of the draw `seed` is
+// kept when hash_uniform(seed, counter) >= p and then scaled by 1/(1 − p); a dropped element is 0
+// (even where the input is infinite or NaN). The test runs in integers, the hash's top 53 bits
+// against ceil(p · 2^53) (the same decisions: p · 2^53 is exact), and the select by bit masks, so
+// the loops below vectorise: with AVX2 there is no 64-bit integer to double conversion, and a
+// multiplication on one branch only stays scalar under GCC's default -ftrapping-math.
+class DropoutMask {
+ public:
+  DropoutMask(std::uint64_t seed, double p)
+      : mixed_seed_(detail::splitmix64(seed)),
+        threshold_(threshold(p)),
+        scale_(p < 1.0 ? 1.0 / (1.0 - p) : 0.0) {}
+
+  bool keep(std::uint64_t counter) const {
+    return (detail::counter_hash(mixed_seed_, counter) >> 11) >= threshold_;
+  }
+
+  // y[i] = x[i] / (1 − p) where element first + i is kept, else 0, for i in [0, n); y may be x.
+  template <class T>
+  void apply(const T* x, T* y, std::int64_t n, std::uint64_t first) const {
+    const T s = static_cast<T>(scale_);
+    for (std::int64_t i = 0; i < n; ++i)
+      y[i] = kept_or_zero(x[i] * s, keep(first + static_cast<std::uint64_t>(i)));
+  }
+
+  // The same mask on two arrays at once (the hash computed once): y1 from x1, y2 from x2.
+  template <class T>
+  void apply(const T* x1, T* y1, const T* x2, T* y2, std::int64_t n, std::uint64_t first) const {
+    const T s = static_cast<T>(scale_);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const bool k = keep(first + static_cast<std::uint64_t>(i));
+      y1[i] = kept_or_zero(x1[i] * s, k);
+      y2[i] = kept_or_zero(x2[i] * s, k);
+    }
+  }
+
+  // y[i] += (x[i] / (1 − p) where element first + i is kept, else 0), for i in [0, n).
+  template <class T>
+  void apply_add(const T* x, T* y, std::int64_t n, std::uint64_t first) const {
+    const T s = static_cast<T>(scale_);
+    for (std::int64_t i = 0; i < n; ++i)
+      y[i] += kept_or_zero(x[i] * s, keep(first + static_cast<std::uint64_t>(i)));
+  }
+
+ private:
+  // ceil(p · 2^53): the least top-53-bit value u with u · 2^-53 >= p.
+  static std::uint64_t threshold(double p) {
+    ATTN_CHECK(p >= 0.0 && p <= 1.0, value_error, "dropout: p must be in [0, 1], got ", p);
+    return static_cast<std::uint64_t>(std::ceil(p * 0x1.0p53));
+  }
+
+  template <class T>
+  static T kept_or_zero(T v, bool kept) {
+    static_assert(std::is_floating_point_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
+    using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    return std::bit_cast<T>(std::bit_cast<Bits>(v) & (Bits{0} - static_cast<Bits>(kept)));
+  }
+
+  std::uint64_t mixed_seed_, threshold_;
+  double scale_;
+};
 
 // xoshiro256** 1.0 (Blackman & Vigna): fast, 256-bit state, passes BigCrush. Every draw is
 // defined bit for bit here, so a seed gives the same numbers with every compiler and library
