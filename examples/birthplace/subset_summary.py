@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summary of the birth-place subset study (subset_study.sh) over its seeds.
 
-    examples/birthplace/subset_summary.py RUNS DEST
+    examples/birthplace/subset_summary.py RUNS DEST [LOGS]
 
 Reads RUNS/results.tsv and RUNS/london.tsv as subset_study.sh writes them and writes, atomically,
 into DEST:
@@ -13,6 +13,13 @@ into DEST:
                 combination of the per-seed p-values against each run's own chance level
   accuracy.svg  accuracy against subset size, mean and standard deviation over the seeds (gnuplot;
                 skipped with a message when gnuplot is missing)
+  pretrain_loss.csv
+                per pretrained run (a LOGS/NAME.pretrain.params.log.csv that the trainer writes;
+                LOGS defaults to RUNS), the pretraining loss at every 50th epoch and at the last
+                one: the mean of the last 20 steps up to that epoch. Runs whose log is not in LOGS
+                keep the rows DEST already has, so the file collects runs from several run
+                directories (and keeps those whose logs are gone); an unfinished run gives the
+                epochs it has reached.
 
 and prints the table. Fisher's combination (-2 sum ln p, chi-squared with 2k degrees of freedom) is
 conservative here: each p is a shuffle test's "this many or more", which is never below the exact
@@ -100,6 +107,47 @@ def summarise(results):
     return rows
 
 
+LOSS_STEPS = 20  # the loss at an epoch: the mean over the last LOSS_STEPS steps up to it
+LOSS_HEADER = ["run", "epoch", "loss", "steps"]
+
+
+def loss_points(log: Path):
+    """(epoch, loss, steps) at every 50th epoch reached and at the last one, from a trainer log
+    (columns step, epoch, loss, ...)."""
+    with open(log, newline="") as f:
+        rows = [(float(r["epoch"]), float(r["loss"])) for r in csv.DictReader(f)]
+    if not rows:
+        return []
+    last = rows[-1][0]
+    marks = [50.0 * k for k in range(1, int(last // 50) + 1)]
+    if not marks or marks[-1] != last:
+        marks.append(last)
+    points = []
+    for mark in marks:
+        upto = [loss for epoch, loss in rows if epoch <= mark]
+        window = upto[-LOSS_STEPS:]
+        points.append((f"{mark:g}", f"{sum(window) / len(window):.4f}", len(upto)))
+    return points
+
+
+def pretrain_losses(logs: Path, dest: Path):
+    """Merges the loss points of the pretraining logs in LOGS into DEST/pretrain_loss.csv; returns
+    its rows (run, epoch, loss, steps)."""
+    found = {log.name[: -len(".pretrain.params.log.csv")]: log
+             for log in logs.glob("*.pretrain.params.log.csv")}
+    kept = []
+    path = dest / "pretrain_loss.csv"
+    if path.is_file():
+        with open(path, newline="") as f:
+            kept = [[r[k] for k in LOSS_HEADER] for r in csv.DictReader(f)
+                    if r["run"] not in found]
+    rows = kept + [[run, *point] for run, log in sorted(found.items()) for point in loss_points(log)]
+    rows.sort(key=lambda r: (r[0], float(r[1])))
+    if found:
+        write_csv(path, LOSS_HEADER, rows)
+    return rows
+
+
 def plot(dest: Path, rows):
     series = defaultdict(list)
     for r in rows:
@@ -130,9 +178,10 @@ plot {", ".join(plots)}
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__.split("\n\n")[1])
     runs, dest = Path(sys.argv[1]), Path(sys.argv[2])
+    logs = Path(sys.argv[3]) if len(sys.argv) == 4 else runs
     for name in ("results.tsv", "london.tsv"):
         if not (runs / name).is_file():
             sys.exit(f"subset_summary.py: {runs / name} not found (run subset_study.sh first)")
@@ -150,6 +199,15 @@ def main():
               f"{r['accuracy_mean_pct']} ± {r['accuracy_sd_pct'] or '—'} | "
               f"{r['correct_pooled']}/{r['total_pooled']} | {r['london_pooled']} | "
               f"{r['ratio_to_london']} | {r['fisher_p']} |")
+    losses = defaultdict(dict)
+    for run, epoch, loss, _ in pretrain_losses(logs, dest):
+        losses[run][float(epoch)] = loss
+    if losses:
+        print("\npretraining loss (mean of the last 20 steps) at epoch 100 / 300 / 500 / 650, "
+              "and the last epoch reached")
+        for run, by_epoch in sorted(losses.items()):
+            at = " / ".join(by_epoch.get(e, "—") for e in (100.0, 300.0, 500.0, 650.0))
+            print(f"{run}: {at} (epoch {max(by_epoch):g}: {by_epoch[max(by_epoch)]})")
 
 
 if __name__ == "__main__":
