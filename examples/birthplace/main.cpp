@@ -535,7 +535,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     const index_t first = index_t(step % spe) * run.batch;
     const std::span<const index_t> rows(order.data() + first, std::size_t(run.rows(step)));
     examples_of.batch(step_seed(run.seed, 1, step), rows, x, y);
-    const double lr = schedule(run.tokens_before(step));
+    const double lr = schedule.for_step(step, run.tokens_before(step));  // minGPT's, step 0 too
     const examples::StepResult r =
         dp.step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
                 step_seed(run.seed, 2, step), run.micro_batch, run.shards);

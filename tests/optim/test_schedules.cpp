@@ -121,6 +121,25 @@ TEST_CASE("MinGptTokenSchedule: minGPT's token warmup and cosine to a 0.1 floor,
   CHECK(no_warmup(0) == 1.0);
 }
 
+TEST_CASE("MinGptTokenSchedule::for_step: the lr of each step as minGPT's trainer applies it") {
+  // minGPT's loop, written out: the optimizer is built at the full lr; after each step the tokens
+  // of that step are counted and the lr for the next step is set from the formula.
+  const MinGptTokenSchedule s{.lr = 6e-3, .warmup_tokens = 10240, .final_tokens = 200000};
+  const std::int64_t tokens_per_step = 128 * 128;
+  double applied = s.lr;  // what the optimizer holds before the first step
+  std::int64_t tokens = 0;
+  for (std::int64_t step = 0; step < 40; ++step) {
+    CAPTURE(step);
+    CHECK(s.for_step(step, tokens) == doctest::Approx(applied).epsilon(1e-15));
+    tokens += tokens_per_step;
+    applied = mingpt_lr(static_cast<double>(tokens), s.lr, 10240, 200000);
+  }
+  CHECK(s.for_step(0, 0) == 6e-3);  // not s(0) == 0: the first step is not a warmup step
+  CHECK(s(0) == 0.0);
+  CHECK(message_of<attn::value_error>([&] { (void)s.for_step(-1, 0); }) ==
+        "MinGptTokenSchedule: step must be >= 0, got -1");
+}
+
 TEST_CASE("Rex: (1 − z) / (½ + ½ (1 − z)) from lr_max to lr_min, above the linear schedule") {
   const Rex s{.lr_max = 1.0, .lr_min = 0.0, .total_steps = 100};
   CHECK(s(0) == 1.0);

@@ -107,7 +107,8 @@ struct LinearDecay {
 // Faithful to that code, including two quirks: progress is not clamped, so past
 // final_tokens + ~0.2 (final − warmup) the cosine climbs again from the 0.1 floor (set final_tokens
 // to the whole run); and minGPT sets the lr *after* each optimizer step, so its very first step
-// runs at the full lr (call this with the tokens seen before the step to get warmup from 0).
+// runs at the full lr the optimizer was built with, and step k > 0 at the schedule of the tokens
+// seen in steps 0 .. k−1. `for_step` gives that lr; operator() is the formula alone.
 struct MinGptTokenSchedule {
   double lr;
   std::int64_t warmup_tokens;
@@ -136,6 +137,17 @@ struct MinGptTokenSchedule {
       mult = std::max(0.1, 0.5 * (1.0 + std::cos(std::numbers::pi * progress)));
     }
     return lr * mult;
+  }
+
+  // The lr of optimizer step `step` (0-based) in minGPT's trainer, `tokens_before` the tokens of
+  // the steps before it: the full lr for step 0, the schedule at tokens_before after it.
+  double for_step(std::int64_t step, std::int64_t tokens_before) const {
+    ATTN_CHECK(step >= 0, value_error, "MinGptTokenSchedule: step must be >= 0, got ", step);
+    if (step == 0) {
+      validate();
+      return lr;
+    }
+    return (*this)(tokens_before);
   }
 };
 
