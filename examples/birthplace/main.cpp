@@ -10,6 +10,8 @@
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
+#include <attn/train/paths.hpp>
+#include <attn/train/run_lock.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -298,8 +300,18 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
              " is the checkpoint --reading-params reads: finetuning would overwrite the ",
              "pretrained model; write to another file");
   const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
+  attn::train::RunLock lock;  // held until the program ends: one process per run
   if (dp.leader()) {  // the other ranks write no files (the path may not exist on their machine)
     examples::check_output_file(out, "--writing-params", true);
+    // Neither the checkpoint nor its log may be a file the run reads.
+    const std::vector<attn::train::Input> inputs{
+        {o.pretrain_corpus, "--pretrain-corpus"},
+        {o.vocabulary_corpus, "--vocabulary-corpus"},
+        {stage == Stage::finetune ? o.finetune_corpus : std::string(), "--finetune-corpus"}};
+    attn::train::check_not_an_input(out, "--writing-params", inputs);
+    attn::train::check_not_an_input(log_path, "--writing-params (its log)", inputs);
+    if (out.has_parent_path()) fs::create_directories(out.parent_path());
+    lock = attn::train::RunLock(out.string() + ".lock", "birthplace: the run in " + out.string());
     if (!resuming)
       examples::refuse_to_replace({out, log_path}, o.overwrite, "birthplace", "--writing-params",
                                   std::string("continue that run with `birthplace ") +
@@ -788,8 +800,16 @@ int main(int argc, char** argv) {
                           [&]<class Attn>() { return train<Attn>(o, stage, file, *cmd, dp); });
     }
     if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
-    if (!o.outputs_path.empty())
+    if (!o.outputs_path.empty()) {
       examples::check_output_file(o.outputs_path, "--outputs-path", false);
+      // london reads the pretraining and vocabulary corpora; evaluate the checkpoint.
+      attn::train::check_not_an_input(
+          o.outputs_path, "--outputs-path",
+          {{o.eval_corpus, "--eval-corpus"},
+           {*evaluate_cmd ? o.reading_params : o.pretrain_corpus,
+            *evaluate_cmd ? "--reading-params" : "--pretrain-corpus"},
+           {*evaluate_cmd ? std::string() : o.vocabulary_corpus, "--vocabulary-corpus"}});
+    }
     if (*evaluate_cmd) {
       const io::Safetensors file = open_checkpoint(o.reading_params);
       const std::string& variant = io::metadata_string(file, "variant", o.reading_params);

@@ -4,11 +4,15 @@
 // without CLI11) and a two-core build compiles them side by side.
 #pragma once
 
+#include <attn/train/settings.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "../common/attention_names.hpp"
 
 namespace examples {
 class DataParallel;
@@ -41,6 +45,81 @@ struct TrainOptions {
   std::string prompt = "\n";
 };
 
+// The train command's settings, each declared once: its option, checks and help, the checkpoint
+// metadata (train.<name>) and what --resume does with it come from this table. The model's shape
+// is saved in the checkpoint's config.* (io::put_gpt_config) and compared with it there, so its
+// rows are not saved here; --vocab-from, a list, is an option of main.cpp's own.
+inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
+  using attn::train::may_change;
+  using attn::train::not_saved;
+  std::string choices;
+  for (const auto& [name, help] : examples::attention_help())
+    choices += "\n  " + name + ": " + help;
+  // Data and model.
+  s.text("data", t.data, "training text (UTF-8)").on_resume(may_change);  // its CRC is checked
+  s.text("attention", t.attention, "attention variant:" + choices)
+      .choices(examples::attention_names())
+      .on_resume(not_saved);
+  s.text("positions", t.positions, "position encoding")
+      .choices({"learned", "sinusoidal", "none"})
+      .on_resume(not_saved);
+  s.integer("layers", t.layers, "transformer blocks").range(1, 64).on_resume(not_saved);
+  s.integer("heads", t.heads, "attention heads (must divide --embd)")
+      .range(1, 64)
+      .on_resume(not_saved);
+  s.integer("embd", t.embd, "model width").range(1, 8192).on_resume(not_saved);
+  s.integer("block", t.block, "context length").range(1, 8192).on_resume(not_saved);
+  s.real("dropout", t.dropout, "dropout (embeddings, residuals, attention)")
+      .range(0, 0.95)
+      .on_resume(not_saved);
+  // The run: saved, and kept by --resume.
+  s.integer("batch", t.batch, "sequences per step").range(1, 4096);
+  s.integer("shards", t.shards,
+            "data-parallel shards of every batch, summed in a fixed order (0: one per MPI rank); "
+            "any rank count that divides it gives the same run")
+      .range(0, 4096)
+      .on_resume(may_change);
+  s.integer("steps", t.steps, "optimizer steps in total").range(1, 100000000);
+  s.integer("stop-at", t.stop_at,
+            "end this session after this many steps; --resume continues the same run")
+      .range(0, 100000000)
+      .on_resume(not_saved);
+  s.integer("warmup", t.warmup, "linear warmup steps").range(0, 100000000);
+  s.real("lr", t.lr, "peak learning rate").range(0, 10);
+  s.real("min-lr", t.min_lr, "learning rate at the end of the cosine").range(0, 10);
+  s.real("weight-decay", t.weight_decay, "AdamW decoupled weight decay (matrices only)")
+      .range(0, 10);
+  s.real("beta2", t.beta2, "AdamW beta2").range(0, 0.999999);
+  s.real("grad-clip", t.grad_clip, "global gradient-norm clip").range(0, 1e9, true);
+  s.real("data-fraction", t.data_fraction, "use only this fraction of the training split")
+      .range(0.01, 1);
+  s.unsigned_integer("seed", t.seed, "seed for the weights, batches and dropout");
+  s.integer("eval-every", t.eval_every, "validate, log and checkpoint every N steps")
+      .range(1, 100000000);
+  s.integer("eval-batches", t.eval_batches, "validation batches per evaluation").range(1, 100000);
+  // This session's.
+  s.integer("threads", t.threads, "OpenMP threads").range(1, 256).on_resume(not_saved);
+  s.text("out", t.out,
+         "output directory (log.csv, loss.svg/png, checkpoint.safetensors, sample.txt)")
+      .on_resume(not_saved);
+  s.flag("overwrite", t.overwrite, "start a new run even where --out holds one, replacing it")
+      .on_resume(not_saved);
+  s.text("resume", t.resume,
+         "continue the run saved in this checkpoint (in its directory, with its settings)")
+      .on_resume(not_saved);
+  s.text("init-from", t.init_from,
+         "start from this checkpoint's weights and vocabulary, with a fresh optimizer")
+      .on_resume(not_saved);
+  s.integer("sample-tokens", t.sample_tokens, "characters to sample at the end")
+      .range(0, 1000000)
+      .on_resume(not_saved);
+  s.real("temperature", t.temperature, "sampling temperature").range(0, 100).on_resume(not_saved);
+  s.text("prompt", t.prompt, "text the sample continues (characters of the vocabulary)")
+      .on_resume(not_saved);
+  // Checkpoints written before a setting existed.
+  s.fallback_when_missing("data");
+}
+
 struct SampleOptions {
   std::string checkpoint;
   std::string prompt = "\n";
@@ -61,9 +140,11 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  // Trains (or resumes) a run; `given` holds the long names ("--out") of the options given on the
-  // command line, which a resumed run compares with its saved settings.
-  int train(const TrainOptions& options, const std::set<std::string>& given);
+  // Trains (or resumes) a run: `settings` is declare_train_settings' table over `options`, the
+  // options given on the command line marked given; a resumed run takes its saved settings into
+  // `options` through it. `given` holds the long names ("--out") of every option given.
+  int train(TrainOptions& options, attn::train::Settings& settings,
+            const std::set<std::string>& given);
   // Samples from a checkpoint (on rank 0; the other ranks return 0).
   int sample(const SampleOptions& options);
   // main's exit status, after ending the MPI job (see examples::DataParallel::finish).

@@ -7,6 +7,9 @@
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
+#include <attn/train/paths.hpp>
+#include <attn/train/run_lock.hpp>
+#include <attn/train/settings.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -64,74 +67,29 @@ const std::vector<std::string> log_columns{"step",      "train_loss",   "val_los
 
 // ---- checkpoints -----------------------------------------------------------------------------
 
-// The settings that define a run's trajectory, saved with every checkpoint so that --resume
-// continues the same run (only --stop-at, --threads and the sampling options may change).
-void put_run(io::Safetensors& file, const TrainOptions& o, std::int64_t steps_done, double elapsed,
-             std::uint32_t data_crc) {
+// What a checkpoint saves besides the table's settings (declare_train_settings): where the run
+// is, and the fixed train/validation split.
+void put_run(io::Safetensors& file, const attn::train::Settings& settings, const TrainOptions& o,
+             std::int64_t steps_done, double elapsed, std::uint32_t data_crc) {
   auto& m = file.metadata;
+  settings.save(m);
   m["train.step"] = std::to_string(steps_done);
   m["train.elapsed_s"] = exact(elapsed);
-  m["train.data"] = o.data;
   m["train.data_crc32"] = std::to_string(data_crc);
-  m["train.steps"] = std::to_string(o.steps);
-  m["train.warmup"] = std::to_string(o.warmup);
-  m["train.batch"] = std::to_string(o.batch);
-  m["train.shards"] = std::to_string(o.shards);
-  m["train.seed"] = std::to_string(o.seed);
-  m["train.eval_every"] = std::to_string(o.eval_every);
-  m["train.eval_batches"] = std::to_string(o.eval_batches);
-  m["train.lr"] = exact(o.lr);
-  m["train.min_lr"] = exact(o.min_lr);
-  m["train.weight_decay"] = exact(o.weight_decay);
-  m["train.beta2"] = exact(o.beta2);
-  m["train.grad_clip"] = exact(o.grad_clip);
   m["train.train_fraction"] = exact(o.train_fraction);
-  m["train.data_fraction"] = exact(o.data_fraction);
 }
 
-void restore_run(const io::Safetensors& file, TrainOptions& o, const std::string& source) {
-  const auto integer = [&](const char* key) { return io::metadata_int(file, key, source); };
-  const auto real = [&](const char* key) { return io::metadata_double(file, key, source); };
-  o.steps = integer("train.steps");
-  o.warmup = integer("train.warmup");
-  o.batch = integer("train.batch");
-  o.seed = io::metadata_uint(file, "train.seed", source);
-  o.eval_every = integer("train.eval_every");
-  o.eval_batches = integer("train.eval_batches");
-  o.lr = real("train.lr");
-  o.min_lr = real("train.min_lr");
-  o.weight_decay = real("train.weight_decay");
-  o.beta2 = real("train.beta2");
-  o.grad_clip = real("train.grad_clip");
-  o.train_fraction = real("train.train_fraction");
-  o.data_fraction = real("train.data_fraction");
-  o.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
-  // `!(x > 0)` style: a NaN read from a file fails every check.
-  ATTN_CHECK(o.steps > 0 && o.batch > 0 && o.eval_every > 0 && o.eval_batches > 0 &&
-                 o.warmup >= 0 && o.lr >= 0 && o.min_lr >= 0 && o.grad_clip > 0 &&
-                 o.train_fraction > 0 && o.train_fraction <= 1 && o.data_fraction > 0 &&
-                 o.data_fraction <= 1 && std::isfinite(o.lr) && std::isfinite(o.min_lr) &&
-                 std::isfinite(o.weight_decay) && std::isfinite(o.beta2) &&
-                 std::isfinite(o.grad_clip) && o.shards >= 1 && o.shards <= o.batch,
-             attn::io_error, source, ": the saved training settings are out of range");
-}
-
-// The options --resume compares with the checkpoint: the run's, and the model's (which
-// --init-from compares too, but for --dropout).
-std::vector<examples::Setting> run_settings(const TrainOptions& o) {
-  using examples::shortest;
-  return {{"--steps", std::to_string(o.steps)},
-          {"--warmup", std::to_string(o.warmup)},
-          {"--batch", std::to_string(o.batch)},
-          {"--seed", std::to_string(o.seed)},
-          {"--eval-every", std::to_string(o.eval_every)},
-          {"--eval-batches", std::to_string(o.eval_batches)},
-          {"--lr", shortest(o.lr)},
-          {"--min-lr", shortest(o.min_lr)},
-          {"--weight-decay", shortest(o.weight_decay)},
-          {"--beta2", shortest(o.beta2)},
-          {"--grad-clip", shortest(o.grad_clip)},
-          {"--data-fraction", shortest(o.data_fraction)}};
+// Takes the saved run's settings into `o` through the table (a contradicting option is an error
+// naming both values), and the split.
+void restore_run(const io::Safetensors& file, attn::train::Settings& settings, TrainOptions& o,
+                 const std::string& source) {
+  std::map<std::string, std::string> saved = file.metadata;
+  saved.try_emplace("train.shards", "1");  // a checkpoint from before data parallelism
+  settings.resume_from(saved, source,
+                       "--stop-at, --threads, --shards and the sampling options may change");
+  o.train_fraction = io::metadata_double(file, "train.train_fraction", source);
+  ATTN_CHECK(o.train_fraction > 0 && o.train_fraction <= 1 && o.shards <= o.batch, attn::io_error,
+             source, ": the saved training settings are out of range");
 }
 
 std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
@@ -143,8 +101,9 @@ std::vector<examples::Setting> model_settings(index_t layers, index_t heads, ind
 
 template <class Model, class Optimizer>
 void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
-                     const attn::data::CharTokenizer& tok, const TrainOptions& o,
-                     std::int64_t steps_done, double elapsed, std::uint32_t data_crc) {
+                     const attn::data::CharTokenizer& tok, const attn::train::Settings& settings,
+                     const TrainOptions& o, std::int64_t steps_done, double elapsed,
+                     std::uint32_t data_crc) {
   io::Safetensors file;
   io::put_parameters(file, model);
   if (opt != nullptr) io::put_optimizer_state(file, *opt);
@@ -152,7 +111,7 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
   file.metadata["format"] = "attn.char_gpt.v1";
   file.metadata["attention"] = o.attention;
   file.metadata["vocab"] = tok.vocabulary();
-  put_run(file, o, steps_done, elapsed, data_crc);
+  put_run(file, settings, o, steps_done, elapsed, data_crc);
   io::save_safetensors(path, file);
 }
 
@@ -170,14 +129,14 @@ std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
 // the training and sampling code below is compiled once.
 using Model = nn::GPT<examples::AnyCausal>;
 
-int train(TrainOptions options, const std::set<std::string>& given, examples::DataParallel& dp) {
-  if (options.eval_every > options.steps) options.eval_every = options.steps;
+int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::string>& given,
+          examples::DataParallel& dp) {
+  if (o.eval_every > o.steps) o.eval_every = o.steps;
   // Continuing a checkpoint: its attention variant unless --attention says otherwise (then the
   // mismatch is refused below).
-  const std::string from = !options.resume.empty() ? options.resume : options.init_from;
+  const std::string from = !o.resume.empty() ? o.resume : o.init_from;
   if (!from.empty() && given.count("--attention") == 0)
-    options.attention = io::metadata_string(open_checkpoint(from), "attention", from);
-  TrainOptions o = options;
+    o.attention = io::metadata_string(open_checkpoint(from), "attention", from);
   examples::ProgressLine progress;
   const examples::StopRequest stop;
   attn::set_num_threads(o.threads);
@@ -195,14 +154,9 @@ int train(TrainOptions options, const std::set<std::string>& given, examples::Da
                ": a resumed run continues in the directory of its checkpoint, ", dir.string());
     out = dir;
     resumed = open_checkpoint(o.resume);
-    // The text defaults to the run's own (its content is checked below).
-    if (given.count("--data") == 0 && resumed.metadata.count("train.data"))
-      o.data = resumed.metadata.at("train.data");
-    restore_run(resumed, o, o.resume);
-    examples::check_resume_conflicts(given, run_settings(options), run_settings(o), o.resume,
-                                     "--stop-at, --threads, --shards and the sampling options "
-                                     "may change");
-    if (options.shards > 0) o.shards = options.shards;  // another split from here on
+    // The text defaults to the run's own (its content is checked below); --shards, when given,
+    // splits the batches another way from here on.
+    restore_run(resumed, settings, o, o.resume);
   }
   o.shards = dp.shards(o.shards, o.batch);
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
@@ -247,8 +201,24 @@ int train(TrainOptions options, const std::set<std::string>& given, examples::Da
   ATTN_CHECK(o.init_from.empty() || !examples::same_path(o.init_from, checkpoint),
              attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
              checkpoint.string(), "): choose another --out");
-  if (dp.leader()) {  // the other ranks write no files (their --out may not even exist)
+  // A resumed run writes its directory's checkpoint.safetensors: resuming from another file there
+  // would replace that run's checkpoint and cut its log.
+  ATTN_CHECK(!resuming || examples::same_path(o.resume, checkpoint), attn::value_error, "--resume ",
+             o.resume, " is not the checkpoint of the run in its directory (", checkpoint.string(),
+             "): char_gpt resumes a run from its own checkpoint.safetensors; "
+             "copy the file into an empty directory as checkpoint.safetensors and resume that");
+  {
+    std::vector<attn::train::Input> inputs{{o.data, "--data"}};
+    for (const std::string& v : o.vocab_from) inputs.push_back({v, "--vocab-from"});
+    for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path})
+      attn::train::check_not_an_input(
+          p, "--out " + out.string() + " (its " + p.filename().string() + ")", inputs);
+  }
+  attn::train::RunLock lock;  // held until the program ends: one process per run directory
+  if (dp.leader()) {          // the other ranks write no files (their --out may not even exist)
     examples::check_writable_directory(out, "--out");
+    fs::create_directories(out);
+    lock = attn::train::RunLock(out / ".lock", "char_gpt: the run in " + out.string());
     if (!resuming)
       examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
                                   "continue that run with --resume " + checkpoint.string());
@@ -417,8 +387,8 @@ int train(TrainOptions options, const std::set<std::string>& given, examples::Da
       // resumed run writes again, never leaves a row for a step no checkpoint holds.
       dp.check_replicas(model);
       if (dp.leader()) {
-        save_checkpoint(checkpoint, model, &opt, tok, o, step + 1, elapsed_before + elapsed,
-                        data_crc);
+        save_checkpoint(checkpoint, model, &opt, tok, settings, o, step + 1,
+                        elapsed_before + elapsed, data_crc);
         log->row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps,
                   elapsed_before + elapsed});
       }
@@ -500,8 +470,9 @@ namespace char_gpt {
 Job::Job(int& argc, char**& argv) : dp_(std::make_unique<examples::DataParallel>(argc, argv)) {}
 Job::~Job() = default;
 
-int Job::train(const TrainOptions& options, const std::set<std::string>& given) {
-  return ::train(options, given, *dp_);
+int Job::train(TrainOptions& options, attn::train::Settings& settings,
+               const std::set<std::string>& given) {
+  return ::train(options, settings, given, *dp_);
 }
 
 int Job::sample(const SampleOptions& options) {

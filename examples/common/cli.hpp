@@ -7,11 +7,13 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <attn/core/error.hpp>
+#include <attn/train/settings.hpp>
 
 #include <cxxabi.h>
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -47,16 +49,41 @@ inline CLI::Validator number_in(double lo, double hi, bool lo_open = false) {
       "NUMBER in " + range);
 }
 
-// A check for unsigned integer options (seeds): digits only. CLI11 2.1 reads "-1" into a uint64
-// as 2^64 - 1 without a word.
+// A check for unsigned integer options (seeds): digits only, at most 2^64 - 1. CLI11 2.1 reads
+// "-1", and any number above 2^64 - 1, into a uint64 as 2^64 - 1 without a word.
 inline CLI::Validator unsigned_integer() {
   return CLI::Validator(
       [](std::string& input) -> std::string {
         if (input.empty() || input.find_first_not_of("0123456789") != std::string::npos)
           return "'" + input + "' is not a non-negative integer";
+        std::uint64_t v = 0;  // and it fits: CLI11 would store 2^64 - 1 for anything larger
+        if (std::from_chars(input.data(), input.data() + input.size(), v).ec != std::errc{})
+          return "'" + input + "' is larger than 2^64 - 1";
         return {};
       },
       "UINT");
+}
+
+// Adds an option to `app` for every row of `settings` (the table stays the one place a setting is
+// declared): its name, help, accepted values and default come from the row, the row's own check
+// validates the text (a bad value is a CLI11 parse error: one line, exit status 2), and a valid
+// one is stored through settings.set, which marks it given.
+inline void add_settings(CLI::App& app, attn::train::Settings& settings) {
+  for (const attn::train::Setting& row : settings.table()) {
+    const std::string name = row.name();
+    if (row.kind() == attn::train::Kind::flag) {
+      app.add_flag_callback(
+          row.option(), [&settings, name] { settings.set(name, "true"); }, row.help());
+      continue;
+    }
+    const attn::train::Setting* r = &row;  // rows never move (the table is a deque)
+    app.add_option_function<std::string>(
+           row.option(), [&settings, name](const std::string& v) { settings.set(name, v); },
+           row.help())
+        ->type_name(r->value_help())
+        ->check(CLI::Validator([r](std::string& in) { return r->check(in); }, ""))
+        ->default_str(row.default_text());
+  }
 }
 
 // Prints "error: <what>" as one line on stderr: line breaks inside `what` become spaces. On a

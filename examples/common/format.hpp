@@ -3,17 +3,16 @@
 // Does not parse: cli.hpp checks options, run_files.hpp compares saved settings.
 #pragma once
 
-#include <charconv>
+#include <attn/train/settings.hpp>
+
 #include <string>
 
 namespace examples {
 
 // The shortest text that reads back as the same double, in %g's style ("0.1", "0.0006",
-// "2e-05"): how options and saved settings are shown and compared.
+// "2e-05"): how options and saved settings are shown and compared (the settings table's own).
 inline std::string shortest(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
-  return std::string(buf, r.ptr);
+  return attn::train::shortest_text(v);
 }
 
 }  // namespace examples

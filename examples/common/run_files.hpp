@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 #include <attn/io/atomic_file.hpp>
+#include <attn/train/paths.hpp>
 
 #include <charconv>
 #include <cstdint>
@@ -91,12 +92,8 @@ inline void remove_stale_saves(const fs::path& checkpoint) {
     std::printf("removed %s, left by a save that was killed\n", p.c_str());
 }
 
-// True when a and b name the same file (both may not exist yet).
-inline bool same_path(const fs::path& a, const fs::path& b) {
-  std::error_code ea, eb;
-  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
-  return !ea && !eb ? ca == cb : a.lexically_normal() == b.lexically_normal();
-}
+// True when a and b name the same file (attn/train/paths.hpp: inodes, or normalised paths).
+using attn::train::same_path;
 
 // ---- the settings a resumed run keeps -----------------------------------------------------
 

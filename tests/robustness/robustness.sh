@@ -68,7 +68,9 @@ perl -0777 -pe 's/"train\.seed":"1"/"train.seed":"a"/' "$ck" > seed_a.safetensor
 cmp -s "$ck" seed_a.safetensors && { echo "fixture: train.seed not found" >&2; exit 1; }
 head -c 500 "$ck" > cut.safetensors
 
-snapshot() { (cd guard && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . | sort); }
+# A run's lock file (.lock, *.lock) holds the pid of its last holder, which every case that
+# takes the lock rewrites: its name is in the listing (nothing added), its content is not hashed.
+snapshot() { (cd guard && find . -type f ! -name '*.lock' -print0 | sort -z | xargs -0 sha256sum; find . | sort); }
 before=$(snapshot)
 
 # expect STATUS REGEX -- COMMAND...: the status, and stderr is exactly one line matching REGEX
@@ -102,7 +104,9 @@ expect 2 "--grad-clip: 0 is outside \(0, " -- "$G" "${tiny_gpt[@]}" --out s/p4 -
 expect 2 "--data-fraction: 'nan' is not a finite number" -- "$G" "${tiny_gpt[@]}" --out s/p5 --data-fraction nan
 expect 2 "--seed: '-1' is not a non-negative integer" -- "$G" "${tiny_gpt[@]}" --out s/p6 --seed -1
 expect 2 "--lr: 11 is outside \[0, 10\]" -- "$G" "${tiny_gpt[@]}" --out s/p7 --lr 11
-expect 2 "--attention: nope not in" -- "$G" "${tiny_gpt[@]}" --out s/p8 --attention nope
+expect 2 "--attention: 'nope' is not one of additive, alibi" -- "$G" "${tiny_gpt[@]}" --out s/p8 --attention nope
+expect 2 "--seed: '18446744073709551616' is larger than 2\^64 - 1" -- "$G" "${tiny_gpt[@]}" --out s/p9 --seed 18446744073709551616
+expect 2 "--seed: '12345678901234567890123' is larger than 2\^64 - 1" -- "$G" sample guard/c/checkpoint.safetensors --seed 12345678901234567890123
 expect 2 "The following argument was not expected: --bogus" -- "$G" --bogus
 expect 2 "--data: File does not exist: missing.txt" -- "$G" --data missing.txt
 expect 1 "empty.txt is empty" -- "$G" --data empty.txt --out s/d1
@@ -124,7 +128,7 @@ expect 1 "--stop-at 2 is not after step 4" -- "$G" "${r[@]}" --stop-at 2
 expect 1 "guard/c/checkpoint.safetensors was trained with --attention standard, not euclidean" -- "$G" "${r[@]}" --attention euclidean
 expect 0 "is a finished run \(step 4 of 4\): nothing to do, nothing changed" -- "$G" --resume guard/done/checkpoint.safetensors --data small.txt
 expect 1 "corrupt.safetensors: tensor \".*\" is corrupt: its data has CRC-32" -- "$G" --resume corrupt.safetensors --data small.txt
-expect 1 "seed_a.safetensors: metadata 'train.seed' = 'a' is not an unsigned integer" -- "$G" --resume seed_a.safetensors --data small.txt
+expect 1 "seed_a.safetensors: metadata 'train.seed' = 'a' is not a non-negative integer" -- "$G" --resume seed_a.safetensors --data small.txt
 expect 1 "cut.safetensors: " -- "$G" --resume cut.safetensors --data small.txt
 expect 2 "--overwrite excludes --resume|--resume excludes --overwrite" -- "$G" "${r[@]}" --overwrite
 expect 1 "--init-from guard/c/checkpoint.safetensors is the checkpoint this run writes" -- "$G" "${tiny_gpt[@]}" --init-from guard/c/checkpoint.safetensors --out guard/c --overwrite
@@ -166,6 +170,12 @@ expect 1 "wiki.txt: .*is not in the vocabulary" -- "$B" pretrain "${tiny_bp[@]}"
 expect 0 "Correct: " -- "$B" london --pretrain-corpus some_wiki.txt --vocabulary-corpus wiki.txt --eval-corpus dev.tsv
 expect 1 "guard/c/checkpoint.safetensors: not a birthplace checkpoint" -- "$B" evaluate --reading-params guard/c/checkpoint.safetensors
 expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$B" evaluate --reading-params corrupt.safetensors
+# No output may be one of the run's inputs, whatever the spelling of its path.
+expect 1 "--outputs-path ./dev.tsv is the file --eval-corpus reads \(dev.tsv\)" -- "$B" evaluate --reading-params guard/bp/ft.params --eval-corpus dev.tsv --outputs-path ./dev.tsv
+expect 1 "--outputs-path guard/bp/../bp/ft.params is the file --reading-params reads" -- "$B" evaluate --reading-params guard/bp/ft.params --eval-corpus dev.tsv --outputs-path guard/bp/../bp/ft.params
+expect 1 "--outputs-path dev.tsv is the file --eval-corpus reads" -- "$B" london --pretrain-corpus wiki.txt --eval-corpus dev.tsv --outputs-path dev.tsv
+expect 1 "--writing-params wiki.txt is the file --pretrain-corpus reads" -- "$B" pretrain "${tiny_bp[@]}" --writing-params wiki.txt --overwrite
+expect 1 "--writing-params train.tsv is the file --finetune-corpus reads" -- "$B" finetune "${ft[@]}" --writing-params train.tsv --overwrite
 
 # ---- the other examples that take input -------------------------------------------------------
 
@@ -311,6 +321,68 @@ steps_unique s/long/log.csv || fail "long log: repeated steps after resume"
 [ "$(cut -d, -f1 s/long/log.csv | tr '\n' ' ')" = "step 2 4 6 8 " ] ||
   fail "long log: steps are $(cut -d, -f1 s/long/log.csv | tr '\n' ' ')"
 grep -q "^6,9,9" s/long/log.csv && fail "long log: the row after the checkpoint was kept"
+
+# No shell between a path and gnuplot: an --out a shell would run as a command is just a name.
+cases=$((cases + 1))
+evil="s/x';touch INJECTED;'"
+"$G" "${tiny_gpt[@]}" --steps 4 --eval-every 2 --out "$evil" > evil.out 2>&1 || fail "quoted --out: $(cat evil.out)"
+[ -e INJECTED ] || [ -e s/INJECTED ] && fail "quoted --out: a shell ran a command from the path"
+[ -f "$evil/loss.svg" ] || fail "quoted --out: no loss.svg"
+if command -v gnuplot > /dev/null; then
+  [ -s "$evil/loss.png" ] || fail "quoted --out: loss.png is missing or empty"
+fi
+
+# One process per run: a second new run, an --overwrite or a --resume of a run that is training
+# is refused while the first is alive (it holds the run's lock), and works once it has ended.
+cases=$((cases + 1))
+"$G" "${tiny_gpt[@]}" --steps 100000000 --eval-every 5 --out s/live > live.out 2>&1 &
+pid=$!
+if started $pid live.out; then
+  for _ in $(seq 100); do [ -f s/live/checkpoint.safetensors ] && break; sleep 0.1; done
+  cp s/live/checkpoint.safetensors live_before.safetensors
+  expect 1 "char_gpt: the run in s/live is in use by another process \(pid $pid holds s/live/.lock\)" -- "$G" "${tiny_gpt[@]}" --out s/live --overwrite
+  expect 1 "the run in s/live is in use by another process" -- "$G" --resume s/live/checkpoint.safetensors --data small.txt --threads 1
+  expect 1 "the run in ./s/live/ is in use by another process" -- "$G" "${tiny_gpt[@]}" --out ./s/live/ --overwrite
+else
+  fail "lock: the first run did not start: $(cat live.out)"
+fi
+kill -INT $pid
+wait $pid
+[ $? = 130 ] || fail "lock: the first run did not end with 130"
+step=$(tail -1 s/live/log.csv | cut -d, -f1)
+"$G" --resume s/live/checkpoint.safetensors --data small.txt --threads 1 --stop-at $((step + 2)) > live2.out 2>&1 ||
+  fail "lock: resume after the holder ended failed: $(cat live2.out)"
+# A new birthplace run into a checkpoint another process is training is refused too.
+cases=$((cases + 1))
+"$B" pretrain "${tiny_bp[@]}" --epochs 100000 --writing-params s/blive/p.params > blive.out 2>&1 &
+pid=$!
+if started $pid blive.out; then
+  expect 1 "birthplace: the run in s/blive/p.params is in use by another process \(pid $pid" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/blive/p.params --overwrite
+fi
+kill -INT $pid
+wait $pid
+
+# char_gpt resumes a run from its own checkpoint only: another checkpoint file in a run's
+# directory would replace that run's checkpoint and cut its log.
+cases=$((cases + 1))
+mkdir -p s/other && cp guard/c/* s/other/ && cp guard/c/checkpoint.safetensors s/other/other.safetensors
+sum=$(sha256sum s/other/checkpoint.safetensors s/other/log.csv)
+expect 1 "--resume s/other/other.safetensors is not the checkpoint of the run in its directory" -- "$G" --resume s/other/other.safetensors --data small.txt --threads 1
+[ "$(sha256sum s/other/checkpoint.safetensors s/other/log.csv)" = "$sum" ] || fail "--resume other: the run's files changed"
+
+# SIGHUP (a closed terminal) and SIGTERM save like Ctrl-C and exit 128 + the signal.
+for sig in HUP TERM; do
+  cases=$((cases + 1))
+  "$G" "${long_gpt[@]}" --out s/sig$sig > sig.out 2> sig.err &
+  pid=$!
+  started $pid sig.out && sleep 0.3
+  kill -$sig $pid
+  wait $pid
+  rc=$?
+  want=$((128 + $(kill -l $sig)))
+  [ $rc = $want ] || fail "SIG$sig: exit status $rc, expected $want: $(cat sig.err)"
+  [ -f s/sig$sig/checkpoint.safetensors ] || fail "SIG$sig: not saved"
+done
 
 [ "$(snapshot)" = "$before" ] || fail "guard/ changed"
 if [ $failures -gt 0 ]; then

@@ -1,0 +1,379 @@
+// attn/train/settings.hpp: a trainer's settings declared once, in one table: each setting's name,
+// type, default, range or choices, help text, and what a resumed run does with it. From the table
+// come the command-line options (an adapter per parser; attn itself parses no command line), the
+// checkpoint metadata, the resume conflict checks (both values named) and the --help text.
+// Does not parse argv, read files or know any trainer's settings: the trainer declares them.
+//
+//   attn::train::Settings s;
+//   s.real("lr", o.lr, "peak learning rate").range(0, 10);
+//   s.integer("steps", o.steps, "optimizer steps in total").range(1, 1e8).on_resume(may_change);
+//   s.integer("threads", o.threads, "OpenMP threads").range(1, 256).on_resume(not_saved);
+//   s.set("lr", "3e-4");                       // from an option: checked, stored, marked given
+//   s.save(file.metadata);                     // train.lr = "0.00029999999999999997", ...
+//   s.resume_from(old.metadata, "ckpt");       // saved values back; a contradiction throws
+#pragma once
+
+#include <attn/core/error.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace attn::train {
+
+// What a resumed run does with a setting.
+enum class OnResume {
+  keeps,       // saved; the run keeps the saved value: giving another is an error naming both
+  may_change,  // saved; a value given now replaces the saved one (more steps, a later stop)
+  not_saved,   // a property of this session (threads, output paths): neither saved nor compared
+};
+inline constexpr OnResume keeps = OnResume::keeps;
+inline constexpr OnResume may_change = OnResume::may_change;
+inline constexpr OnResume not_saved = OnResume::not_saved;
+
+enum class Kind { integer, unsigned_integer, real, text, flag };
+
+// A double as the shortest text that parses back to the same double, in %g's style ("0.002",
+// "0.0006", "2e-05"): what the metadata holds and the messages print.
+inline std::string shortest_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+// One row of the table. Built by Settings' declaring functions and refined with the chained
+// calls below; read through the accessors.
+class Setting {
+ public:
+  // Integers and reals: the value must lie in [lo, hi] ((lo, hi] when `lo_open`).
+  Setting& range(double lo, double hi, bool lo_open = false) {
+    ATTN_CHECK(kind_ == Kind::integer || kind_ == Kind::unsigned_integer || kind_ == Kind::real,
+               value_error, "Settings: --", name_, " is not a number and takes no range");
+    ATTN_CHECK(!(lo > hi), value_error, "Settings: --", name_, ": empty range");
+    lo_ = lo, hi_ = hi, lo_open_ = lo_open;
+    return *this;
+  }
+  // Text: the value must be one of `choices`.
+  Setting& choices(std::vector<std::string> choices) {
+    ATTN_CHECK(kind_ == Kind::text, value_error, "Settings: --", name_,
+               " is not text and takes no choices");
+    choices_ = std::move(choices);
+    return *this;
+  }
+  Setting& on_resume(OnResume r) {
+    on_resume_ = r;
+    return *this;
+  }
+  // The metadata key (default "train.<name>" with '_' for '-': train.min_lr for --min-lr).
+  Setting& key(std::string k) {
+    key_ = std::move(k);
+    return *this;
+  }
+
+  const std::string& name() const { return name_; }
+  std::string option() const { return "--" + name_; }
+  const std::string& key() const { return key_; }
+  const std::string& help() const { return help_; }
+  Kind kind() const { return kind_; }
+  OnResume resume_rule() const { return on_resume_; }
+  const std::vector<std::string>& choice_list() const { return choices_; }
+  // The value when the table was declared, and now, as text in the form the metadata holds.
+  const std::string& default_text() const { return default_; }
+  std::string text() const { return get_(); }
+  bool given() const { return given_; }
+
+  // "" when `input` is a valid value of this setting, else why not ("'x' is not a number").
+  std::string check(std::string_view input) const {
+    std::string canonical;
+    return parse(input, canonical);
+  }
+
+  // What the help shows for the accepted values: "NUMBER in [0, 10]", "one of learned, none".
+  std::string value_help() const {
+    const auto bound = [&](double v) {
+      return kind_ == Kind::real ? shortest_text(v) : std::to_string(std::int64_t(v));
+    };
+    const std::string r = has_range() ? std::string(" in ") + (lo_open_ ? "(" : "[") + bound(lo_) +
+                                            ", " + bound(hi_) + "]"
+                                      : "";
+    switch (kind_) {
+      case Kind::integer:
+        return "INT" + r;
+      case Kind::unsigned_integer:
+        return "UINT" + r;
+      case Kind::real:
+        return "NUMBER" + r;
+      case Kind::flag:
+        return "";
+      case Kind::text:
+        break;
+    }
+    if (choices_.empty()) return "TEXT";
+    std::string s = "one of ";
+    for (std::size_t i = 0; i < choices_.size(); ++i) s += (i ? ", " : "") + choices_[i];
+    return s;
+  }
+
+ private:
+  friend class Settings;
+  using Getter = std::function<std::string()>;
+  using Setter = std::function<void(const std::string&)>;  // takes a checked canonical text
+
+  Setting(std::string name, Kind kind, std::string help, Getter get, Setter set)
+      : name_(std::move(name)),
+        key_(default_key(name_)),
+        help_(std::move(help)),
+        kind_(kind),
+        get_(std::move(get)),
+        set_(std::move(set)),
+        default_(get_()) {}
+
+  // "train.min_lr" for --min-lr.
+  static std::string default_key(const std::string& name) {
+    std::string k = "train." + name;
+    for (char& c : k)
+      if (c == '-') c = '_';
+    return k;
+  }
+
+  bool has_range() const {
+    return lo_ > -std::numeric_limits<double>::infinity() ||
+           hi_ < std::numeric_limits<double>::infinity();
+  }
+
+  // Checks `input` and writes its canonical text (what get_ would return after set_) to `out`;
+  // returns "" or the reason it is not a value of this setting.
+  std::string parse(std::string_view input, std::string& out) const {
+    const std::string in(input);
+    const char* begin = in.data();
+    const char* end = begin + in.size();
+    const auto outside = [&](double v) {
+      return (lo_open_ ? !(v > lo_) : !(v >= lo_)) || !(v <= hi_);
+    };
+    const auto range_text = [&] { return value_help().substr(value_help().find(" in ") + 4); };
+    switch (kind_) {
+      case Kind::integer: {
+        std::int64_t v = 0;
+        const auto r = std::from_chars(begin, end, v);
+        if (r.ec == std::errc::result_out_of_range) return "'" + in + "' is out of range";
+        if (r.ec != std::errc{} || r.ptr != end || in.empty())
+          return "'" + in + "' is not an integer";
+        if (has_range() && outside(double(v))) return in + " is outside " + range_text();
+        out = std::to_string(v);
+        return "";
+      }
+      case Kind::unsigned_integer: {
+        // Digits only: from_chars into an unsigned type takes no sign, and an overflow is an
+        // error (never 2^64 − 1).
+        std::uint64_t v = 0;
+        if (in.empty() || in.find_first_not_of("0123456789") != std::string::npos)
+          return "'" + in + "' is not a non-negative integer";
+        const auto r = std::from_chars(begin, end, v);
+        if (r.ec == std::errc::result_out_of_range) return "'" + in + "' is larger than 2^64 - 1";
+        if (r.ec != std::errc{} || r.ptr != end)
+          return "'" + in + "' is not a non-negative integer";
+        if (has_range() && outside(double(v))) return in + " is outside " + range_text();
+        out = std::to_string(v);
+        return "";
+      }
+      case Kind::real: {
+        double v = 0;
+        const auto r = std::from_chars(begin, end, v);
+        if (r.ec != std::errc{} || r.ptr != end || in.empty() || !std::isfinite(v))
+          return "'" + in + "' is not a finite number";
+        if (has_range() && outside(v)) return in + " is outside " + range_text();
+        out = shortest_text(v);
+        return "";
+      }
+      case Kind::flag:
+        if (in == "1" || in == "true") return out = "true", "";
+        if (in == "0" || in == "false") return out = "false", "";
+        return "'" + in + "' is not true or false";
+      case Kind::text:
+        if (!choices_.empty()) {
+          bool found = false;
+          for (const std::string& c : choices_) found = found || c == in;
+          if (!found) return "'" + in + "' is not " + value_help();
+        }
+        out = in;
+        return "";
+    }
+    return "unknown kind";
+  }
+
+  std::string name_, key_, help_;
+  Kind kind_;
+  Getter get_;
+  Setter set_;
+  std::string default_;
+  double lo_ = -std::numeric_limits<double>::infinity();
+  double hi_ = std::numeric_limits<double>::infinity();
+  bool lo_open_ = false;
+  std::vector<std::string> choices_;
+  OnResume on_resume_ = OnResume::keeps;
+  bool given_ = false;
+};
+
+// The table. Each declaring function binds a setting to the variable that holds its value (which
+// must outlive the table) and records that variable's value as the default.
+class Settings {
+ public:
+  template <class Int>
+  Setting& integer(std::string name, Int& target, std::string help) {
+    static_assert(std::is_integral_v<Int> && std::is_signed_v<Int>,
+                  "Settings::integer: a signed integer (use unsigned_integer for seeds)");
+    Setting& s = add(
+        std::move(name), Kind::integer, std::move(help),
+        [&target] { return std::to_string(target); },
+        [&target](const std::string& t) { target = static_cast<Int>(std::stoll(t)); });
+    // The variable's own type bounds the range (an int option cannot take 2^40).
+    s.range(double(std::numeric_limits<Int>::lowest()), double(std::numeric_limits<Int>::max()));
+    return s;
+  }
+  Setting& unsigned_integer(std::string name, std::uint64_t& target, std::string help) {
+    return add(
+        std::move(name), Kind::unsigned_integer, std::move(help),
+        [&target] { return std::to_string(target); },
+        [&target](const std::string& t) { target = std::stoull(t); });
+  }
+  Setting& real(std::string name, double& target, std::string help) {
+    return add(
+        std::move(name), Kind::real, std::move(help),
+        [&target] { return shortest_text(target); },
+        [&target](const std::string& t) {
+          std::from_chars(t.data(), t.data() + t.size(), target);
+        });
+  }
+  Setting& text(std::string name, std::string& target, std::string help) {
+    return add(
+        std::move(name), Kind::text, std::move(help), [&target] { return target; },
+        [&target](const std::string& t) { target = t; });
+  }
+  Setting& flag(std::string name, bool& target, std::string help) {
+    return add(
+        std::move(name), Kind::flag, std::move(help),
+        [&target] { return std::string(target ? "true" : "false"); },
+        [&target](const std::string& t) { target = t == "true"; });
+  }
+
+  // The setting called `name` (without "--"); value_error when there is none.
+  Setting& at(std::string_view name) {
+    for (Setting& s : table_)
+      if (s.name_ == name) return s;
+    throw value_error("Settings: no setting --" + std::string(name));
+  }
+  const Setting& at(std::string_view name) const {
+    for (const Setting& s : table_)
+      if (s.name_ == name) return s;
+    throw value_error("Settings: no setting --" + std::string(name));
+  }
+  bool contains(std::string_view name) const {
+    for (const Setting& s : table_)
+      if (s.name_ == name) return true;
+    return false;
+  }
+  const std::deque<Setting>& table() const { return table_; }
+  bool given(std::string_view name) const { return at(name).given_; }
+
+  // Sets a setting from text (an option's value), marking it given; value_error naming the option
+  // and the reason when the text is not a valid value.
+  void set(std::string_view name, std::string_view input) {
+    Setting& s = at(name);
+    std::string canonical;
+    const std::string why = s.parse(input, canonical);
+    ATTN_CHECK(why.empty(), value_error, s.option(), ": ", why);
+    s.set_(canonical);
+    s.given_ = true;
+  }
+
+  // Writes every saved setting (all but not_saved) into `metadata` under its key.
+  void save(std::map<std::string, std::string>& metadata) const {
+    for (const Setting& s : table_)
+      if (s.on_resume_ != OnResume::not_saved) metadata[s.key_] = s.text();
+  }
+
+  // Continues the run whose metadata is `metadata` (`source` names it in messages). For each saved
+  // setting: its saved value is checked like an option (io_error naming the source and the key);
+  // a `keeps` setting given now with another value is a value_error naming both values, otherwise
+  // takes the saved value; a `may_change` setting given now keeps the new value. A key missing
+  // from the metadata (a checkpoint older than the setting) keeps the current value when the
+  // setting has `fallback_when_missing` (the default value is then what the old run used), else
+  // it is an io_error. `allowed` ends the conflict message ("--steps and --threads may change").
+  void resume_from(const std::map<std::string, std::string>& metadata, const std::string& source,
+                   std::string_view allowed = {}) {
+    // Every saved value is checked before any is taken, so a bad file changes nothing.
+    std::vector<std::pair<Setting*, std::string>> take;
+    for (Setting& s : table_) {
+      if (s.on_resume_ == OnResume::not_saved) continue;
+      const auto it = metadata.find(s.key_);
+      if (it == metadata.end()) {
+        ATTN_CHECK(missing_ok_.count(s.name_) > 0, io_error, source, ": metadata '", s.key_,
+                   "' is missing (", s.option(), " of the run)");
+        continue;
+      }
+      std::string saved;
+      const std::string why = s.parse(it->second, saved);
+      ATTN_CHECK(why.empty(), io_error, source, ": metadata '", s.key_, "' = ", why);
+      if (s.given_ && s.on_resume_ == OnResume::may_change) continue;
+      if (s.given_ && s.text() != saved)
+        throw value_error(s.option() + " " + s.text() + " conflicts with the run in " + source +
+                          ", which has " + s.option() + " " + saved +
+                          ": a resumed run keeps its settings" +
+                          (allowed.empty() ? std::string() : " (" + std::string(allowed) + ")"));
+      take.emplace_back(&s, std::move(saved));
+    }
+    for (auto& [s, saved] : take) s->set_(saved);
+  }
+
+  // Lets resume_from accept a checkpoint that lacks `name`'s key (written before the setting
+  // existed): the run then keeps the setting's current value.
+  Settings& fallback_when_missing(std::string_view name) {
+    missing_ok_.insert(std::string(at(name).name_));
+    return *this;
+  }
+
+  // The settings as help text: "  --lr NUMBER in [0, 10]  peak learning rate (default 0.002)",
+  // one per line, with what a resume does where it is not `keeps`.
+  std::string help() const {
+    std::string out;
+    for (const Setting& s : table_) {
+      std::string line = "  " + s.option();
+      const std::string v = s.value_help();
+      if (!v.empty()) line += " " + v;
+      line += "  " + s.help_;
+      if (s.kind_ != Kind::flag && !s.default_.empty()) line += " (default " + s.default_ + ")";
+      if (s.on_resume_ == OnResume::may_change) line += " [may change on --resume]";
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  Setting& add(std::string name, Kind kind, std::string help, Setting::Getter get,
+               Setting::Setter set) {
+    ATTN_CHECK(!name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") ==
+                                    std::string::npos,
+               value_error, "Settings: '", name, "' is not a setting name (lower case, digits, -)");
+    ATTN_CHECK(!contains(name), value_error, "Settings: --", name, " is declared twice");
+    table_.push_back(
+        Setting(std::move(name), kind, std::move(help), std::move(get), std::move(set)));
+    return table_.back();
+  }
+
+  std::deque<Setting> table_;  // a deque: declaring more never moves a Setting already handed out
+  std::set<std::string> missing_ok_;
+};
+
+}  // namespace attn::train

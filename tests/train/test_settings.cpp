@@ -1,0 +1,200 @@
+// Tests of attn/train/settings.hpp: one table gives parsing with ranges, metadata, resume checks
+// and help. Does not test a command-line adapter (examples/common/cli.hpp, through the programs).
+#include <doctest/doctest.h>
+#include <attn/train/settings.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "../test_util.hpp"
+
+using attn::test::message_of;
+using attn::train::Settings;
+
+namespace {
+
+struct Options {
+  double lr = 2e-3, min_lr = 2e-4;
+  std::int64_t steps = 600;
+  int threads = 2;
+  std::uint64_t seed = 1;
+  std::string positions = "learned";
+  bool overwrite = false;
+};
+
+void declare(Settings& s, Options& o) {
+  s.real("lr", o.lr, "peak learning rate").range(0, 10);
+  s.real("min-lr", o.min_lr, "final learning rate").range(0, 10);
+  s.integer("steps", o.steps, "optimizer steps").range(1, 1e8).on_resume(attn::train::may_change);
+  s.integer("threads", o.threads, "OpenMP threads").range(1, 256).on_resume(attn::train::not_saved);
+  s.unsigned_integer("seed", o.seed, "seed");
+  s.text("positions", o.positions, "position encoding").choices({"learned", "sinusoidal", "none"});
+  s.flag("overwrite", o.overwrite, "replace a run").on_resume(attn::train::not_saved);
+}
+
+}  // namespace
+
+TEST_CASE("Settings: values are checked against their kind and range, and named in the error") {
+  Options o;
+  Settings s;
+  declare(s, o);
+  s.set("lr", "3e-4");
+  CHECK(o.lr == 3e-4);
+  CHECK(s.given("lr"));
+  CHECK_FALSE(s.given("min-lr"));
+  CHECK(message_of<attn::value_error>([&] { s.set("lr", "nan"); }) ==
+        "--lr: 'nan' is not a finite number");
+  CHECK(message_of<attn::value_error>([&] { s.set("lr", "11"); }) == "--lr: 11 is outside [0, 10]");
+  CHECK(message_of<attn::value_error>([&] { s.set("lr", "1e-3x"); }) ==
+        "--lr: '1e-3x' is not a finite number");
+  CHECK(o.lr == 3e-4);  // a refused value changes nothing
+  CHECK(message_of<attn::value_error>([&] { s.set("steps", "0"); }) ==
+        "--steps: 0 is outside [1, 100000000]");
+  CHECK(message_of<attn::value_error>([&] { s.set("steps", "2.5"); }) ==
+        "--steps: '2.5' is not an integer");
+  // An int variable bounds its own range.
+  CHECK(message_of<attn::value_error>([&] { s.set("threads", "300"); }) ==
+        "--threads: 300 is outside [1, 256]");
+  // Seeds: digits only; 2^64 and beyond are errors, never 2^64 − 1.
+  s.set("seed", "18446744073709551615");
+  CHECK(o.seed == 18446744073709551615ull);
+  CHECK(message_of<attn::value_error>([&] { s.set("seed", "18446744073709551616"); }) ==
+        "--seed: '18446744073709551616' is larger than 2^64 - 1");
+  CHECK(message_of<attn::value_error>([&] {
+          s.set("seed", "12345678901234567890123");
+        }).find("larger than 2^64 - 1") != std::string::npos);
+  CHECK(message_of<attn::value_error>([&] { s.set("seed", "-1"); }) ==
+        "--seed: '-1' is not a non-negative integer");
+  CHECK(message_of<attn::value_error>([&] { s.set("positions", "rope"); }) ==
+        "--positions: 'rope' is not one of learned, sinusoidal, none");
+  s.set("positions", "none");
+  CHECK(o.positions == "none");
+  CHECK(message_of<attn::value_error>([&] { s.set("nope", "1"); }) ==
+        "Settings: no setting --nope");
+  CHECK(s.at("lr").check("5") == "");
+  CHECK(s.at("lr").check("-1") == "-1 is outside [0, 10]");
+}
+
+TEST_CASE("Settings: declaring is checked (names, duplicates, ranges on numbers only)") {
+  Options o;
+  Settings s;
+  s.real("lr", o.lr, "lr");
+  CHECK(message_of<attn::value_error>([&] { s.real("lr", o.min_lr, "again"); }) ==
+        "Settings: --lr is declared twice");
+  CHECK(message_of<attn::value_error>([&] {
+          s.real("Lr", o.min_lr, "x");
+        }).find("not a setting name") != std::string::npos);
+  CHECK(message_of<attn::value_error>([&] { s.text("positions", o.positions, "x").range(0, 1); }) ==
+        "Settings: --positions is not a number and takes no range");
+}
+
+TEST_CASE("Settings: the metadata holds every saved setting, exactly, under train.<name>") {
+  Options o;
+  o.lr = 0.1 + 0.2;  // not a short decimal: must come back bit for bit
+  Settings s;
+  declare(s, o);
+  std::map<std::string, std::string> m;
+  s.save(m);
+  CHECK(m.at("train.lr") == "0.30000000000000004");
+  CHECK(m.at("train.min_lr") == "0.0002");
+  CHECK(m.at("train.steps") == "600");
+  CHECK(m.at("train.seed") == "1");
+  CHECK(m.at("train.positions") == "learned");
+  CHECK(m.count("train.threads") == 0);    // not_saved
+  CHECK(m.count("train.overwrite") == 0);  // not_saved
+  Options back;
+  Settings r;
+  declare(r, back);
+  r.resume_from(m, "ckpt");
+  CHECK(back.lr == o.lr);
+  CHECK(back.min_lr == o.min_lr);
+}
+
+TEST_CASE("Settings::resume_from: kept settings come back; a contradiction names both values") {
+  std::map<std::string, std::string> saved;
+  {
+    Options o;
+    o.lr = 1e-3;
+    o.steps = 100;
+    o.seed = 7;
+    Settings s;
+    declare(s, o);
+    s.save(saved);
+  }
+  SUBCASE("nothing given: the saved run") {
+    Options o;
+    Settings s;
+    declare(s, o);
+    s.set("threads", "4");  // not saved: this session's
+    s.resume_from(saved, "runs/x/checkpoint.safetensors");
+    CHECK(o.lr == 1e-3);
+    CHECK(o.steps == 100);
+    CHECK(o.seed == 7);
+    CHECK(o.threads == 4);
+  }
+  SUBCASE("the same value given: fine") {
+    Options o;
+    Settings s;
+    declare(s, o);
+    s.set("lr", "0.001");
+    s.resume_from(saved, "c");
+    CHECK(o.lr == 1e-3);
+  }
+  SUBCASE("another value of a kept setting: an error naming both, and nothing changes") {
+    Options o;
+    Settings s;
+    declare(s, o);
+    s.set("lr", "0.002");
+    CHECK(message_of<attn::value_error>([&] { s.resume_from(saved, "c", "--steps may change"); }) ==
+          "--lr 0.002 conflicts with the run in c, which has --lr 0.001: a resumed run keeps its "
+          "settings (--steps may change)");
+    CHECK(o.lr == 0.002);
+    CHECK(o.seed == 1);  // not taken from the file either
+  }
+  SUBCASE("a may_change setting takes the new value") {
+    Options o;
+    Settings s;
+    declare(s, o);
+    s.set("steps", "250");
+    s.resume_from(saved, "c");
+    CHECK(o.steps == 250);
+    CHECK(o.lr == 1e-3);
+  }
+  SUBCASE("a bad or missing saved value is an io_error naming the file and the key") {
+    Options o;
+    Settings s;
+    declare(s, o);
+    auto bad = saved;
+    bad["train.lr"] = "0.009x";
+    CHECK(message_of<attn::io_error>([&] { s.resume_from(bad, "c"); }) ==
+          "c: metadata 'train.lr' = '0.009x' is not a finite number");
+    bad = saved;
+    bad["train.lr"] = "nan";
+    CHECK(message_of<attn::io_error>([&] { s.resume_from(bad, "c"); }) ==
+          "c: metadata 'train.lr' = 'nan' is not a finite number");
+    bad = saved;
+    bad.erase("train.positions");
+    CHECK(message_of<attn::io_error>([&] { s.resume_from(bad, "c"); }) ==
+          "c: metadata 'train.positions' is missing (--positions of the run)");
+    s.fallback_when_missing("positions");
+    s.resume_from(bad, "c");  // an older checkpoint: the default stands
+    CHECK(o.positions == "learned");
+    CHECK(o.lr == 1e-3);
+  }
+}
+
+TEST_CASE("Settings::help: one line per setting with its values, default and resume rule") {
+  Options o;
+  Settings s;
+  declare(s, o);
+  const std::string h = s.help();
+  CHECK(h.find("  --lr NUMBER in [0, 10]  peak learning rate (default 0.002)\n") !=
+        std::string::npos);
+  CHECK(h.find("  --steps INT in [1, 100000000]  optimizer steps (default 600) [may change on "
+               "--resume]\n") != std::string::npos);
+  CHECK(h.find("  --positions one of learned, sinusoidal, none  position encoding (default "
+               "learned)\n") != std::string::npos);
+  CHECK(h.find("  --overwrite  replace a run\n") != std::string::npos);
+  CHECK(s.at("lr").default_text() == "0.002");
+}
