@@ -13,6 +13,7 @@
 set -u
 export LC_ALL=C
 data=$(realpath "$1")
+tests=$(realpath "$(dirname "${BASH_SOURCE[0]}")")
 shift
 declare -A bin
 for kv in "$@"; do bin[${kv%%=*}]=$(realpath "${kv#*=}"); done
@@ -383,6 +384,32 @@ for sig in HUP TERM; do
   [ $rc = $want ] || fail "SIG$sig: exit status $rc, expected $want: $(cat sig.err)"
   [ -f s/sig$sig/checkpoint.safetensors ] || fail "SIG$sig: not saved"
 done
+
+# A run written by char_gpt before its settings table (tests/robustness/old_run, made by
+# make_old_run.sh) resumes: at its step, with every saved setting read back as the same value.
+cases=$((cases + 1))
+mkdir -p s/old && cp "$tests/old_run/checkpoint.safetensors" "$tests/old_run/log.csv" s/old/
+"$G" --resume s/old/checkpoint.safetensors --data small.txt --threads 1 > old.out 2>&1 ||
+  fail "old run: resume failed: $(cat old.out)"
+grep -q "resuming at step 4 of 8" old.out || fail "old run: not resumed at step 4 of 8: $(cat old.out)"
+[ "$(cut -d, -f1 s/old/log.csv | tr '\n' ' ')" = "step 2 4 6 8 " ] || fail "old run: log steps"
+python3 - "$tests/old_run/checkpoint.safetensors" s/old/checkpoint.safetensors <<'PY' || fail "old run: settings changed"
+import json, struct, sys
+def meta(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n))["__metadata__"]
+old, new = meta(sys.argv[1]), meta(sys.argv[2])
+for key, value in old.items():
+    if key.startswith("train.") and key not in ("train.step", "train.elapsed_s"):
+        a, b = value, new.get(key)
+        try:
+            same = float(a) == float(b)
+        except (TypeError, ValueError):
+            same = a == b
+        if not same:
+            sys.exit(f"{key}: {a} became {b}")
+PY
 
 [ "$(snapshot)" = "$before" ] || fail "guard/ changed"
 if [ $failures -gt 0 ]; then
