@@ -250,8 +250,7 @@ class Settings {
   }
   Setting& real(std::string name, double& target, std::string help) {
     return add(
-        std::move(name), Kind::real, std::move(help),
-        [&target] { return shortest_text(target); },
+        std::move(name), Kind::real, std::move(help), [&target] { return shortest_text(target); },
         [&target](const std::string& t) {
           std::from_chars(t.data(), t.data() + t.size(), target);
         });
