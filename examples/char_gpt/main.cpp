@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
 
   return job.finish(examples::run_main(app, argc, argv, [&] {
     if (*sample_cmd) return job.sample(s);
+    // Option combinations, checked like single options (exit status 2) before any work. A resumed
+    // run checks its saved settings instead, which were checked when it started.
+    if (t.resume.empty() && t.min_lr > t.lr)
+      throw CLI::ValidationError("--min-lr " + examples::shortest(t.min_lr) + " is above --lr " +
+                                 examples::shortest(t.lr) +
+                                 ": the cosine falls from --lr to --min-lr");
     return job.train(t, settings, given_options(app));
   }));
 }

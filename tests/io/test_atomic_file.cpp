@@ -1,6 +1,7 @@
 // Tests of attn/io/atomic_file.hpp: atomic replacement, cleanup of temp files on failure, reads.
 // Does not simulate crashes or full disks (the failure paths are reached through real errors).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <attn/io/atomic_file.hpp>
@@ -105,6 +106,25 @@ TEST_CASE("read_file: errors name the file; the size limit is enforced") {
       message_of<attn::io_error>([&] { attn::io::read_file(dir.path()); });
   CHECK(!directory.empty());
   CHECK(directory.find(dir.path().string()) != std::string::npos);
+}
+
+TEST_CASE(
+    "read_file: only regular files, refused before a byte is read (no hang, no endless read)") {
+  TempDir dir;
+  // A FIFO with no writer: opening it for reading the usual way would block forever.
+  const fs::path fifo = dir / "fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(message_of<attn::io_error>([&] { attn::io::read_file(fifo); }) ==
+        "read_file: '" + fifo.string() + "' is a FIFO or pipe, not a regular file");
+  // A device that never ends: refused at once, not read up to the limit.
+  CHECK(message_of<attn::io_error>([] { attn::io::read_file("/dev/zero"); }) ==
+        "read_file: '/dev/zero' is a character device, not a regular file");
+  CHECK(message_of<attn::io_error>([&] { attn::io::read_file(dir.path()); }) ==
+        "read_file: '" + dir.path().string() + "' is a directory, not a regular file");
+  // A symbolic link to a regular file is read through.
+  attn::io::write_file_atomically(dir / "real.txt", std::string_view("real"));
+  fs::create_symlink(dir / "real.txt", dir / "link.txt");
+  CHECK(attn::test::to_string(attn::io::read_file(dir / "link.txt")) == "real");
 }
 
 #if defined(__linux__)

@@ -105,6 +105,7 @@ expect 2 "--grad-clip: 0 is outside \(0, " -- "$G" "${tiny_gpt[@]}" --out s/p4 -
 expect 2 "--data-fraction: 'nan' is not a finite number" -- "$G" "${tiny_gpt[@]}" --out s/p5 --data-fraction nan
 expect 2 "--seed: '-1' is not a non-negative integer" -- "$G" "${tiny_gpt[@]}" --out s/p6 --seed -1
 expect 2 "--lr: 11 is outside \[0, 10\]" -- "$G" "${tiny_gpt[@]}" --out s/p7 --lr 11
+expect 2 "--min-lr 0.01 is above --lr 0.002: the cosine falls from --lr to --min-lr" -- "$G" "${tiny_gpt[@]}" --out s/p10 --min-lr 0.01
 expect 2 "--attention: 'nope' is not one of additive, alibi" -- "$G" "${tiny_gpt[@]}" --out s/p8 --attention nope
 expect 2 "--seed: '18446744073709551616' is larger than 2\^64 - 1" -- "$G" "${tiny_gpt[@]}" --out s/p9 --seed 18446744073709551616
 expect 2 "--seed: '12345678901234567890123' is larger than 2\^64 - 1" -- "$G" sample guard/c/checkpoint.safetensors --seed 12345678901234567890123
@@ -113,7 +114,12 @@ expect 2 "--data: File does not exist: missing.txt" -- "$G" --data missing.txt
 expect 1 "empty.txt is empty" -- "$G" --data empty.txt --out s/d1
 expect 1 "bad_utf8.txt: .*invalid UTF-8 at byte 2" -- "$G" --data bad_utf8.txt --out s/d2
 expect 1 "the validation split of tiny.txt has 200 characters, fewer than the block \(256\)" -- "$G" --data tiny.txt --block 256 --out s/d3
-expect 1 "'/dev/zero' is larger than the limit" -- "$G" --data /dev/zero --out s/d4
+expect 1 "'/dev/zero' is a character device, not a regular file" -- "$G" --data /dev/zero --out s/d4
+mkfifo fifo  # no writer: reading it the usual way blocks forever
+expect 1 "'fifo' is a FIFO or pipe, not a regular file" -- timeout 20 "$G" --data fifo --out s/d6
+expect 1 "'fifo' is a FIFO or pipe, not a regular file" -- timeout 20 "$G" sample fifo
+expect 1 "'/dev/zero' is a character device, not a regular file" -- timeout 20 "$G" sample /dev/zero
+expect 1 "'fifo' is a FIFO or pipe, not a regular file" -- timeout 20 "$B" evaluate --reading-params fifo
 expect 1 "--heads 3 does not divide --embd 8" -- "$G" --data small.txt --embd 8 --heads 3 --out s/d5
 expect 1 "this run needs about .* of memory .*activations of one step.*more than the .* available" -- "$G" --data "$data/tinyshakespeare.txt" --layers 1 --heads 1 --embd 8 --block 2048 --batch 4096 --out s/m1
 expect 1 "this run needs about .* GB of memory \(parameters and gradients .*more than the .* available" -- "$G" --data small.txt --layers 64 --heads 64 --embd 8192 --out s/m2

@@ -197,4 +197,11 @@ TEST_CASE("Settings::help: one line per setting with its values, default and res
                "learned)\n") != std::string::npos);
   CHECK(h.find("  --overwrite  replace a run\n") != std::string::npos);
   CHECK(s.at("lr").default_text() == "0.002");
+  // An integer without a range of its own shows its type's bounds, exactly.
+  std::int64_t wide = 0;
+  s.integer("wide", wide, "a wide one");
+  CHECK(s.at("wide").value_help() == "INT in [-9223372036854775808, 9223372036854775807]");
+  std::uint64_t seed2 = 0;
+  s.unsigned_integer("seed2", seed2, "seed").range(0, 0x1p64);
+  CHECK(s.at("seed2").value_help() == "UINT in [0, 18446744073709551615]");
 }

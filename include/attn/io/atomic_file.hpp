@@ -23,6 +23,7 @@
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #define ATTN_IO_POSIX 1
 #elif defined(_WIN32)
@@ -191,19 +192,73 @@ inline std::vector<std::filesystem::path> remove_stale_temporaries(
   return removed;
 }
 
-// The whole contents of `path`. Throws io_error naming the file when it cannot be opened or read,
-// or when it holds more than `max_bytes` bytes (checked while reading, so a pipe or a device
-// cannot make it allocate more than that).
-inline std::vector<std::byte> read_file(const std::filesystem::path& path,
-                                        std::size_t max_bytes = default_read_limit) {
-  detail::FilePtr file(std::fopen(path.string().c_str(), "rb"));
+namespace detail {
+
+// What a file that is not a regular file is, for read_file's message.
+inline const char* file_kind([[maybe_unused]] unsigned mode) {
+#if defined(ATTN_IO_POSIX)
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO or pipe";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+#endif
+  return "not a regular file";
+}
+
+// Opens `path` for reading, refusing anything but a regular file before reading a byte: a FIFO
+// without a writer would block forever and a device (/dev/zero) never end. On POSIX the file is
+// opened without blocking (a FIFO's open would wait for a writer), checked with fstat on the
+// descriptor itself (no race with a rename), then read normally.
+inline FilePtr open_regular_file(const std::filesystem::path& path) {
+#if defined(ATTN_IO_POSIX)
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    throw io_error(
+        attn::detail::message("read_file: cannot open '", path.string(), "': ", errno_text(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const unsigned mode = st.st_mode;
+    ::close(fd);
+    throw io_error(attn::detail::message("read_file: '", path.string(), "' is ", file_kind(mode),
+                                         ", not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FilePtr file(::fdopen(fd, "rb"));
   if (!file) {
     const int err = errno;
-    throw io_error(attn::detail::message("read_file: cannot open '", path.string(),
-                                         "': ", detail::errno_text(err)));
+    ::close(fd);
+    throw io_error(
+        attn::detail::message("read_file: cannot open '", path.string(), "': ", errno_text(err)));
   }
+  return file;
+#else
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw io_error(attn::detail::message("read_file: '", path.string(), "' is not a regular file"));
+  FilePtr file(std::fopen(path.string().c_str(), "rb"));
+  if (!file) {
+    const int err = errno;
+    throw io_error(
+        attn::detail::message("read_file: cannot open '", path.string(), "': ", errno_text(err)));
+  }
+  return file;
+#endif
+}
+
+}  // namespace detail
+
+// The whole contents of the regular file `path`. Throws io_error naming the file when it cannot
+// be opened or read, when it is not a regular file (a directory, a FIFO or pipe, a device: said
+// before reading anything, so neither blocks nor runs forever), or when it holds more than
+// `max_bytes` bytes (checked before reading, and again while reading a file that grows).
+inline std::vector<std::byte> read_file(const std::filesystem::path& path,
+                                        std::size_t max_bytes = default_read_limit) {
+  detail::FilePtr file = detail::open_regular_file(path);
   // The size on disk sizes the one allocation of the usual case; the loop still reads to the end
-  // of the file (a file that grew, or a pipe or /proc file that reports size 0, works too).
+  // of the file (a file that grew while being read, up to max_bytes).
   std::error_code ec;
   const std::uintmax_t hint = std::filesystem::file_size(path, ec);
   ATTN_CHECK(ec || hint <= max_bytes, io_error, "read_file: '", path.string(), "' (", hint,

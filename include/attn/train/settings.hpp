@@ -102,8 +102,13 @@ class Setting {
 
   // What the help shows for the accepted values: "NUMBER in [0, 10]", "one of learned, none".
   std::string value_help() const {
-    const auto bound = [&](double v) {
-      return kind_ == Kind::real ? shortest_text(v) : std::to_string(std::int64_t(v));
+    const auto bound = [&](double v) {  // integers' bounds as integers, clamped to their type
+      if (kind_ == Kind::real) return shortest_text(v);
+      if (v <= -0x1p63) return std::to_string(std::numeric_limits<std::int64_t>::min());
+      if (v < 0x1p63) return std::to_string(std::int64_t(v));
+      if (kind_ == Kind::integer) return std::to_string(std::numeric_limits<std::int64_t>::max());
+      if (v < 0x1p64) return std::to_string(std::uint64_t(v));
+      return std::to_string(std::numeric_limits<std::uint64_t>::max());
     };
     const std::string r = has_range() ? std::string(" in ") + (lo_open_ ? "(" : "[") + bound(lo_) +
                                             ", " + bound(hi_) + "]"
