@@ -456,3 +456,18 @@ TEST_CASE(
   CHECK(std::abs(smean - 3.0) < 0.008);
   CHECK(std::abs(std::sqrt(ssq / n - smean * smean) - 0.5) < 0.006);
 }
+
+TEST_CASE(
+    "Tensor: a shape whose bytes do not fit an address space is a shape_error, not a 0-byte "
+    "buffer") {
+  const attn::index_t big = attn::index_t{1} << 31;
+  // 2^62 floats are 2^64 bytes: the byte count used to wrap to 0 and the first write to crash.
+  CHECK_THROWS_WITH_AS(attn::Tensor<float>({big, big}),
+                       "Tensor: [2147483648, 2147483648] holds 4611686018427387904 elements of 4 "
+                       "bytes, more bytes than an address space has",
+                       attn::shape_error);
+  CHECK_THROWS_AS(attn::Tensor<double>({big, big / 2}), attn::shape_error);
+  attn::Tensor<float> t({2, 3});
+  CHECK_THROWS_AS(t.resize(attn::Shape{big, big}), attn::shape_error);
+  CHECK(t.numel() == 6);  // unchanged by the refused resize
+}

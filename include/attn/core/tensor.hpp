@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <new>
 #include <ostream>
@@ -138,6 +139,9 @@ class Tensor {
   void resize(const Shape& shape) {
     const index_t n = shape.numel();
     if (n > capacity_) {
+      ATTN_CHECK(static_cast<std::size_t>(n) <= std::numeric_limits<std::size_t>::max() / sizeof(T),
+                 shape_error, "Tensor: ", shape, " holds ", n, " elements of ", sizeof(T),
+                 " bytes, more bytes than an address space has");
       data_.reset(static_cast<T*>(::operator new (static_cast<std::size_t>(n) * sizeof(T),
                                                   std::align_val_t{detail::tensor_alignment})));
       capacity_ = n;
