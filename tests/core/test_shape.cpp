@@ -135,16 +135,20 @@ TEST_CASE("Shape: an axis out of range throws value_error naming the operation a
   CHECK_THROWS_AS((void)attn::Shape{}.dim(-1), attn::value_error);
 }
 
-TEST_CASE("Shape: an element count beyond 2^63 - 1 is a shape_error, never a wrapped count") {
+TEST_CASE("Shape: dimensions whose product exceeds 2^63 - 1 are a shape_error, never a wrap") {
   const attn::index_t big = attn::index_t{1} << 31, huge = attn::index_t{1} << 32;
-  // [2^32, 2^32] wrapped to 0 elements, [2^31, 2^31, 2^31, 2^31] to 0, [2^31]^3 overflows.
+  // [2^32, 2^32] wrapped to 0 elements, [2^31]^4 to 0, [2^31]^3 to a negative count; with a zero
+  // dimension the count is 0 but a stride would still overflow.
   CHECK_THROWS_WITH_AS((attn::Shape{huge, huge}),
-                       "Shape: [4294967296, 4294967296] has more than 2^63 - 1 elements",
+                       "Shape: [4294967296, 4294967296] has dimensions whose product exceeds 2^63 "
+                       "- 1",
                        attn::shape_error);
   CHECK_THROWS_AS((attn::Shape{big, big, big}), attn::shape_error);
   CHECK_THROWS_AS((attn::Shape{big, big, big, big}), attn::shape_error);
-  // The largest counts that fit are fine, and a zero dimension makes any shape empty.
+  CHECK_THROWS_AS((attn::Shape{0, huge, huge}), attn::shape_error);
+  CHECK_THROWS_AS((attn::Shape{huge, huge, 0}), attn::shape_error);
+  // The largest counts that fit are fine, and so is a zero dimension beside ones that fit.
   CHECK(attn::Shape{big, big}.numel() == attn::index_t{1} << 62);
-  CHECK(attn::Shape{huge, huge, 0}.numel() == 0);
-  CHECK(attn::Shape{0, huge, huge}.numel() == 0);
+  CHECK(attn::Shape{0, big, big}.numel() == 0);
+  CHECK(attn::Shape{0, big, big}.stride(0) == attn::index_t{1} << 62);
 }

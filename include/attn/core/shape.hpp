@@ -88,18 +88,18 @@ class Shape {
     ATTN_CHECK(dims.size() <= max_rank, shape_error, "Shape: rank ", dims.size(),
                " exceeds the maximum rank ", max_rank);
     rank_ = static_cast<int>(dims.size());
-    bool zero = false;
     for (std::size_t i = 0; i < dims.size(); ++i) {
       ATTN_CHECK(dims[i] >= 0, shape_error, "Shape: negative dimension ", dims[i], " at axis ", i);
       dims_[i] = dims[i];
-      zero = zero || dims[i] == 0;
     }
-    // The element count must be an index_t: [2^32, 2^32] would wrap to 0 elements, and
-    // [2^31, 2^31, 2^31] to a negative count.
+    // Every product of dimensions (the element count, each stride) must be an index_t, even in
+    // an empty shape: [2^32, 2^32] would wrap to 0 elements, [2^31, 2^31, 2^31] to a negative
+    // count, and [0, 2^32, 2^32]'s first stride overflows. So the product of the non-zero
+    // dimensions must fit.
     index_t n = 1;
-    for (std::size_t i = 0; i < dims.size() && !zero; ++i)
-      ATTN_CHECK(!__builtin_mul_overflow(n, dims[i], &n), shape_error, "Shape: ", *this,
-                 " has more than 2^63 - 1 elements");
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      ATTN_CHECK(dims[i] == 0 || !__builtin_mul_overflow(n, dims[i], &n), shape_error,
+                 "Shape: ", *this, " has dimensions whose product exceeds 2^63 - 1");
   }
 
   std::array<index_t, max_rank> dims_{};
