@@ -74,7 +74,18 @@ def loss_points(log: Path):
     return points
 
 
-def gnuplot(script: str, dest: Path, name: str, tmp: str):
+def gnuplot(dest: Path, name: str, tmp: str, xlabel: str, ylabel: str, key: str, plots):
+    """Draws `plots` (gnuplot plot clauses) over epochs 0-660 into DEST/NAME, atomically."""
+    script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
+set output "{tmp}/{name}"
+set xlabel "{xlabel}"
+set ylabel "{ylabel}"
+set key {key}
+set grid
+set xrange [0:660]
+set yrange [0:*]
+plot {", ".join(plots)}
+"""
     try:
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
     except FileNotFoundError:
@@ -105,17 +116,8 @@ def plot_accuracy(dest: Path, results):
             plots.append(f'{2 * london} with lines dt 3 lw 1 title "2 x London"')
         for c in control:
             plots.append(f'{c} with lines dt 4 lw 2 title "no pretraining ({c})"')
-        script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
-set output "{tmp}/accuracy.svg"
-set xlabel "pretraining epochs (then 10 finetuning epochs)"
-set ylabel "right answers of 500 dev people"
-set key top left
-set grid
-set xrange [0:660]
-set yrange [0:*]
-plot {", ".join(plots)}
-"""
-        gnuplot(script, dest, "accuracy.svg", tmp)
+        gnuplot(dest, "accuracy.svg", tmp, "pretraining epochs (then 10 finetuning epochs)",
+                "right answers of 500 dev people", "top left", plots)
 
 
 def plot_loss(dest: Path, losses):
@@ -128,17 +130,9 @@ def plot_loss(dest: Path, losses):
         ref = Path(tmp) / "reference.dat"
         ref.write_text("".join(f"{e} {l}\n" for e, l in REFERENCE))
         plots.append(f'"{ref}" using 1:2 with points pt 7 ps 1.2 title "the course code\'s logs"')
-        script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
-set output "{tmp}/pretrain_loss.svg"
-set xlabel "pretraining epoch"
-set ylabel "loss (nats per character, mean of the last {LOSS_STEPS} steps)"
-set key top right
-set grid
-set xrange [0:660]
-set yrange [0:*]
-plot {", ".join(plots)}
-"""
-        gnuplot(script, dest, "pretrain_loss.svg", tmp)
+        gnuplot(dest, "pretrain_loss.svg", tmp, "pretraining epoch",
+                f"loss (nats per character, mean of the last {LOSS_STEPS} steps)", "top right",
+                plots)
 
 
 def main():
