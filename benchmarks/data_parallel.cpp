@@ -1,6 +1,6 @@
 // benchmarks/data_parallel: tokens per second of GPT training steps for the reference
 // configurations A and B, as one process with T threads or as R MPI ranks splitting every batch
-// (examples::DataParallel::step, what char_gpt runs), and the time of the fixed-order gradient
+// (attn::dist::DataParallel::step, what char_gpt runs), and the time of the fixed-order gradient
 // all-reduce alone, for the scaling model in docs/distributed.md. Rank 0 prints a table.
 // Does not use Google Benchmark (every rank must run the same steps) nor choose the launch: run it
 // once alone and once under mpirun, and compare the rows.
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <attn/attn.hpp>
 #include <attn/dist.hpp>
+#include <attn/dist/data_parallel.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "../examples/common/distributed.hpp"
 #include "gpt_configs.hpp"
 
 namespace {
@@ -52,9 +52,9 @@ struct Row {
 
 // `steps` timed steps (after one untimed) of configuration `cfg` split over the ranks of `dp`;
 // then, with several ranks, ten all-reduces of the model's gradients alone.
-Row measure(const bench::GptShape& cfg, examples::DataParallel& dp, attn::dist::Context& world,
+Row measure(const bench::GptShape& cfg, attn::dist::DataParallel& dp, attn::dist::Context& world,
             int steps) {
-  attn::nn::GPT<examples::Standard> model(bench::gpt_config(cfg));
+  attn::nn::GPT<attn::nn::CausalSelfAttention> model(bench::gpt_config(cfg));
   dp.broadcast_parameters(model);
   auto params = attn::optim::parameters_of<float>(model);
   attn::optim::AdamConfig ac;
@@ -100,7 +100,7 @@ Row measure(const bench::GptShape& cfg, examples::DataParallel& dp, attn::dist::
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::DataParallel dp(argc, argv);
+  attn::dist::DataParallel dp(argc, argv);
   attn::dist::Context world;  // the same job (MPI is initialised): for the all-reduce timing
   std::string configs = "A,B";
   int threads = 1, steps = 4;

@@ -11,6 +11,11 @@
 #   (setsid nice -n 19 examples/birthplace/full_recipe.sh >> runs/birthplace_full/log.txt 2>&1 &)
 #   kill -STOP -- -PGID / kill -CONT -- -PGID          # pause / continue it (benchmarks)
 #
+# Where the kernel groups processes by session (sched_autogroup_enabled = 1, the default of many
+# distributions), setsid starts a new group that gets as much CPU as all the others together, nice
+# or not: the study then halves the speed of everything else. So the script lowers its own group's
+# priority (/proc/self/autogroup) to nice 19: it takes only what the other programs leave.
+#
 # Variables: OUT (runs/birthplace_full), VARIANTS ("vanilla synthesizer"), SEED (1), THREADS (2),
 # MICRO (--micro-batch, 32), READOUTS (pretraining epochs to finetune and evaluate, "100 200 400
 # 650"; the last must be EPOCHS), EPOCHS (650), FINETUNE and FINETUNE_SCRATCH (finetuning epochs
@@ -45,6 +50,7 @@ for v in $VARIANTS; do
   [[ $v =~ ^(vanilla|synthesizer|euclidean)$ ]] || die "VARIANTS: unknown variant '$v'"
 done
 mkdir -p "$OUT" runs/bin
+if [[ -w /proc/self/autogroup ]]; then echo 19 > /proc/self/autogroup || true; fi
 
 # One study at a time: a second start waits for nothing and says so.
 exec 9>>"$OUT/lock"

@@ -2,7 +2,7 @@
 // text with span corruption, finetune it on "Where was X born?" pairs, evaluate exact-match
 // accuracy with greedy decoding, and the always-"London" baseline; vanilla, synthesizer or
 // negative-squared-Euclidean attention; pretrain and finetune train data-parallel under `mpirun -np
-// N` (examples/common/distributed.hpp). Does not use a GPU nor tune anything by itself.
+// N` (attn/dist/data_parallel.hpp). Does not use a GPU nor tune anything by itself.
 #include <CLI/CLI.hpp>
 #include <attn/attn.hpp>
 #include <attn/data/data.hpp>
@@ -10,8 +10,11 @@
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
-#include <attn/train/paths.hpp>
-#include <attn/train/run_lock.hpp>
+#include <attn/train/loop.hpp>
+#include <attn/train/memory.hpp>
+#include <attn/train/plot.hpp>
+#include <attn/train/progress.hpp>
+#include <attn/train/run_files.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -25,12 +28,16 @@
 #include <string>
 #include <vector>
 
+#include "../common/attention_variants.hpp"
+#include "../common/char_checkpoint.hpp"
 #include "../common/cli.hpp"
 #include "../common/distributed.hpp"
-#include "../common/plot.hpp"
-#include "../common/training.hpp"
+#include "../common/model_config.hpp"
+#include "../common/resume_settings.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 namespace fs = std::filesystem;
 using attn::index_t;
@@ -39,10 +46,9 @@ namespace nn = attn::nn;
 namespace io = attn::io;
 namespace optim = attn::optim;
 namespace data = attn::data;
-using examples::exact;
-using examples::format_duration;
-using examples::seconds_since;
-using examples::step_seed;
+using attn::train::format_duration;
+using attn::train::seconds_since;
+using attn::train::step_seed;
 
 constexpr const char* checkpoint_format = "attn.birthplace.v1";
 
@@ -131,14 +137,14 @@ void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent
   m["train.stage"] = stage_name(r.stage);
   m["train.schedule"] = schedule;
   m["train.step"] = std::to_string(step);
-  m["train.elapsed_s"] = exact(spent.wall);
-  m["train.cpu_s"] = exact(spent.cpu);
-  m["train.epochs"] = exact(r.epochs);
-  m["train.lr"] = exact(r.lr);
-  m["train.grad_clip"] = exact(r.grad_clip);
-  m["train.weight_decay"] = exact(r.weight_decay);
-  m["train.beta1"] = exact(r.beta1);
-  m["train.beta2"] = exact(r.beta2);
+  m["train.elapsed_s"] = attn::train::shortest_text(spent.wall);
+  m["train.cpu_s"] = attn::train::shortest_text(spent.cpu);
+  m["train.epochs"] = attn::train::shortest_text(r.epochs);
+  m["train.lr"] = attn::train::shortest_text(r.lr);
+  m["train.grad_clip"] = attn::train::shortest_text(r.grad_clip);
+  m["train.weight_decay"] = attn::train::shortest_text(r.weight_decay);
+  m["train.beta1"] = attn::train::shortest_text(r.beta1);
+  m["train.beta2"] = attn::train::shortest_text(r.beta2);
   m["train.batch"] = std::to_string(r.batch);
   m["train.micro_batch"] = std::to_string(r.micro_batch);
   m["train.shards"] = std::to_string(r.shards);
@@ -282,9 +288,9 @@ struct StageData {
 // `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
 template <class Attn>
 int train(const Options& o, Stage stage, const io::Safetensors& source_file, const CLI::App& cli,
-          examples::DataParallel& dp) {
+          attn::dist::DataParallel& dp) {
   using Model = nn::GPT<Attn>;
-  const examples::StopRequest stop;
+  const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
   const auto t_start = std::chrono::steady_clock::now();
   const std::string source = !o.resume.empty() ? o.resume : o.reading_params;
@@ -292,31 +298,33 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
 
   // ---- where the run goes: checked before anything is read or trained
   const fs::path out = resuming ? fs::path(o.resume) : fs::path(o.writing_params);
-  ATTN_CHECK(!resuming || o.writing_params.empty() || examples::same_path(o.writing_params, out),
+  ATTN_CHECK(!resuming || o.writing_params.empty() || attn::train::same_path(o.writing_params, out),
              attn::value_error, "--writing-params ", o.writing_params, " conflicts with --resume ",
              o.resume, ": a resumed run goes on writing its own checkpoint");
-  ATTN_CHECK(o.reading_params.empty() || !examples::same_path(o.reading_params, out),
+  ATTN_CHECK(o.reading_params.empty() || !attn::train::same_path(o.reading_params, out),
              attn::value_error, "--writing-params ", out.string(),
              " is the checkpoint --reading-params reads: finetuning would overwrite the ",
              "pretrained model; write to another file");
   const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
-  attn::train::RunLock lock;  // held until the program ends: one process per run
-  if (dp.leader()) {  // the other ranks write no files (the path may not exist on their machine)
-    examples::check_output_file(out, "--writing-params", true);
-    // Neither the checkpoint nor its log may be a file the run reads.
-    const std::vector<attn::train::Input> inputs{
-        {o.pretrain_corpus, "--pretrain-corpus"},
-        {o.vocabulary_corpus, "--vocabulary-corpus"},
-        {stage == Stage::finetune ? o.finetune_corpus : std::string(), "--finetune-corpus"}};
-    attn::train::check_not_an_input(out, "--writing-params", inputs);
-    attn::train::check_not_an_input(log_path, "--writing-params (its log)", inputs);
-    if (out.has_parent_path()) fs::create_directories(out.parent_path());
-    lock = attn::train::RunLock(out.string() + ".lock", "birthplace: the run in " + out.string());
-    if (!resuming)
-      examples::refuse_to_replace({out, log_path}, o.overwrite, "birthplace", "--writing-params",
-                                  std::string("continue that run with `birthplace ") +
-                                      stage_name(stage) + " --resume " + out.string() + "`");
-    examples::remove_stale_saves(out);
+  const std::vector<std::string> columns{"step",      "epoch",        "loss",      "lr",
+                                         "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
+  // The run's files, owned by rank 0 alone (the other ranks write none; the path may not exist
+  // on their machine): checked, locked and guarded before anything is read or trained.
+  attn::train::RunFiles files;
+  if (dp.leader()) {
+    const attn::train::RunRequest request{
+        .program = "birthplace",
+        .option = "--writing-params",
+        .where = out,
+        .resuming = resuming,
+        .overwrite = o.overwrite,
+        .how_to_continue = std::string("continue that run with `birthplace ") + stage_name(stage) +
+                           " --resume " + out.string() + "`",
+        .inputs = {
+            {o.pretrain_corpus, "--pretrain-corpus"},
+            {o.vocabulary_corpus, "--vocabulary-corpus"},
+            {stage == Stage::finetune ? o.finetune_corpus : std::string(), "--finetune-corpus"}}};
+    files = attn::train::RunFiles({out, log_path, columns, {svg}, out.string() + ".lock"}, request);
   }
 
   ATTN_CHECK(source.empty() || o.vocabulary_corpus.empty(), attn::value_error,
@@ -360,7 +368,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     examples_of.qa.emplace(tok, examples::read_corpus(o.finetune_corpus), block, o.finetune_corpus);
 
   const std::string smaller = "use a smaller --batch or model, or --micro-batch";
-  examples::check_memory(examples::parameters_estimate(config), "birthplace", smaller);
+  attn::train::check_memory(attn::train::parameters_estimate(config), "birthplace", smaller);
   Model model(config);
   if (!source.empty()) io::get_parameters(source_file, model, source);
   dp.broadcast_parameters(model);
@@ -370,8 +378,8 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   std::string memory;
   const auto check_run_memory = [&](const Run& r) {
     const index_t rows = r.micro_batch > 0 ? std::min(r.micro_batch, r.batch) : r.batch;
-    memory = examples::check_memory(examples::training_memory(model, block, rows), "birthplace",
-                                    smaller);
+    memory = attn::train::check_memory(attn::train::training_memory(model, block, rows),
+                                       "birthplace", smaller);
   };
 
   // The run's settings: saved ones when resuming; otherwise the options over the stage defaults.
@@ -481,24 +489,12 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   optim::AdamW<float> opt(params, ac);
   if (resuming) io::get_optimizer_state(source_file, opt, source);
 
-  // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
-  // logged again) and continued; its rows start the curve, so the plot shows the whole run.
-  // Rank 0 alone touches the run's files.
-  const std::vector<std::string> columns{"step",      "epoch",        "loss",      "lr",
-                                         "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
+  // The curve of the plot starts with the rows a resumed run logged before (its log cut back to
+  // the checkpoint's step: rows logged after it are logged again).
   std::vector<double> curve_step, curve_loss;
-  std::optional<io::CsvLog> log;
-  if (dp.leader()) {
-    if (resuming)
-      for (const std::vector<double>& row : examples::truncate_log(log_path, columns, start)) {
-        curve_step.push_back(row[1]);
-        curve_loss.push_back(row[2]);
-      }
-    // Everything is checked: only now does an --overwrite replace the earlier run's files.
-    if (out.has_parent_path()) fs::create_directories(out.parent_path());
-    if (!resuming)
-      for (const fs::path& p : {out, log_path, svg}) fs::remove(p);
-    log.emplace(log_path, columns, resuming);
+  for (const std::vector<double>& row : files.resume_log(start)) {
+    curve_step.push_back(row[1]);
+    curve_loss.push_back(row[2]);
   }
 
   if (dp.leader())
@@ -521,88 +517,97 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);
   std::fflush(stdout);
 
-  examples::ProgressLine progress;
+  attn::train::ProgressLine progress;
   attn::Tape<float> tape;
   Tensor<std::int32_t> x, y;
   std::vector<index_t> order;
   std::int64_t order_epoch = -1;
   const auto t0 = std::chrono::steady_clock::now();
-  const double cpu0 = examples::process_cpu_seconds();
+  const double cpu0 = attn::train::process_cpu_seconds();
   const auto spent = [&] {
     return Spent{before.wall + seconds_since(t0),
-                 before.cpu + examples::process_cpu_seconds() - cpu0};
+                 before.cpu + attn::train::process_cpu_seconds() - cpu0};
   };
-  double loss = std::nan(""), epoch_loss = 0;
+  double loss = std::nan(""), epoch_loss = 0, lr = 0;
   std::int64_t epoch_steps = 0;
-  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
-  std::int64_t done_to = start;  // steps done (and saved) when the loop ends
-  bool stopping = dp.any(stop.requested());
-  for (std::int64_t step = start; step < end && !stopping; ++step) {
-    const std::int64_t epoch = step / spe;
-    if (epoch != order_epoch) {  // each epoch visits every example once, in a seeded order
+  // A step: the epoch's seeded order of the examples (each epoch visits every one once), the
+  // step's rows of it, span corruption or the question's padding drawn from (seed, step), dropout
+  // from (seed, step), minGPT's learning rate for the step (step 0 included).
+  const auto step = [&](std::int64_t s) {
+    const std::int64_t epoch = s / spe;
+    if (epoch != order_epoch) {
       attn::Rng r(step_seed(run.seed, 3, epoch));
       order = data::shuffled_indices(run.examples, r);
       order_epoch = epoch;
     }
-    const index_t first = index_t(step % spe) * run.batch;
-    const std::span<const index_t> rows(order.data() + first, std::size_t(run.rows(step)));
-    examples_of.batch(step_seed(run.seed, 1, step), rows, x, y);
-    const double lr = schedule.for_step(step, run.tokens_before(step));  // minGPT's, step 0 too
-    const examples::StepResult r =
-        dp.step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
-                step_seed(run.seed, 2, step), run.micro_batch, run.shards);
-    loss = r.loss;
-    epoch_loss += r.loss;
+    const index_t first = index_t(s % spe) * run.batch;
+    const std::span<const index_t> rows(order.data() + first, std::size_t(run.rows(s)));
+    examples_of.batch(step_seed(run.seed, 1, s), rows, x, y);
+    lr = schedule.for_step(s, run.tokens_before(s));
+    return dp.step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
+                   step_seed(run.seed, 2, s), run.micro_batch, run.shards);
+  };
+  // After it: the checkpoint every --save-every steps and at the session's last (its end,
+  // --stop-at or Ctrl-C on any rank), then the step's log row (a resume cuts the log back to the
+  // checkpoint's step anyway), the curve and the progress line.
+  const auto report = [&](const attn::train::StepReport& r) {
+    loss = r.result.loss;
+    epoch_loss += r.result.loss;
     ++epoch_steps;
-    done_to = step + 1;
-
-    const double elapsed = seconds_since(t0);
-    const double done = double(step + 1 - start), left = double(end - step - 1);
-    const double tokens_per_s = done * double(run.batch * block) / elapsed;
     const Spent now = spent();
-    // Ctrl-C (on any rank: the ranks agree): this step is done, and saved like the last one. The
-    // checkpoint goes first, then the step's log row: a resume cuts the log back to the
-    // checkpoint's step anyway.
-    stopping = dp.any(stop.requested());
-    const bool last = step + 1 == end || stopping, epoch_end = (step + 1) % spe == 0;
-    if ((step + 1) % run.save_every == 0 || last) {
+    const bool epoch_end = r.steps_done % spe == 0;
+    if (attn::train::due(run.save_every, r)) {
       dp.check_replicas(model);
-      if (dp.leader())
-        save_checkpoint(out, model, opt, tok, variant, run, step + 1, now, schedule_name);
+      if (dp.leader()) {
+        files.begin_writing();
+        save_checkpoint(out, model, opt, tok, variant, run, r.steps_done, now, schedule_name);
+      }
     }
-    if (log)
-      log->row({double(step + 1), double(step + 1) / double(spe), r.loss, lr, r.grad_norm,
-                tokens_per_s, now.wall, now.cpu});
-    curve_step.push_back(double(step + 1) / double(spe));
-    curve_loss.push_back(r.loss);
+    files.log_row({double(r.steps_done), double(r.steps_done) / double(spe), r.result.loss, lr,
+                   r.result.grad_norm, r.tokens_per_s, now.wall, now.cpu});
+    curve_step.push_back(double(r.steps_done) / double(spe));
+    curve_loss.push_back(r.result.loss);
     char text[200];
     std::snprintf(text, sizeof text,
                   "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
-                  double(step + 1) / double(spe), run.epochs, (long long)(step + 1),
-                  (long long)total, r.loss, epoch_loss / double(epoch_steps), lr, tokens_per_s);
-    if (dp.leader())
-      progress.show(double(step + 1) / double(total), text, left * elapsed / done,
-                    epoch_end || last);
+                  double(r.steps_done) / double(spe), run.epochs, (long long)r.steps_done,
+                  (long long)total, r.result.loss, epoch_loss / double(epoch_steps), lr,
+                  r.tokens_per_s);
+    if (dp.leader()) progress.show(r.fraction, text, r.eta_seconds, epoch_end || r.last);
     if (epoch_end) epoch_loss = 0, epoch_steps = 0;
-  }
+  };
+  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
+  const attn::train::LoopEnd ran =
+      attn::train::run_loop({start, end, total, double(run.batch * block)}, stop, step, report,
+                            [&](bool flag) { return dp.any(flag); });
   progress.finish();
-  if (!dp.leader()) return stopping ? stop.exit_status() : 0;
+  if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
 
+  if (ran.steps_run == 0) {
+    // Stopped before the first step: nothing was written, an earlier run's files are as they were.
+    if (resuming)
+      std::printf(
+          "stopped before step %lld: %s is as it was; continue with `birthplace %s "
+          "--resume %s`\n",
+          (long long)(start + 1), out.c_str(), stage_name(stage), out.c_str());
+    else
+      std::printf("stopped before the first step: nothing was saved\n");
+    return stop.exit_status();
+  }
   const Spent all = spent();
   std::printf(
       "%s: %lld steps in %s wall, %.0f CPU s (all sessions of this run: %s wall, %.0f CPU s), "
       "final loss %.4f\n",
-      stage_name(stage), (long long)(done_to - start), format_duration(seconds_since(t0)).c_str(),
+      stage_name(stage), (long long)ran.steps_run, format_duration(seconds_since(t0)).c_str(),
       all.cpu - before.cpu, format_duration(all.wall).c_str(), all.cpu, loss);
-  if (done_to < total)
+  if (ran.steps_done < total)
     std::printf("stopped at step %lld of %lld; continue with `birthplace %s --resume %s`\n",
-                (long long)done_to, (long long)total, stage_name(stage), out.c_str());
-  if (done_to > start)
-    plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
-                    "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
+                (long long)ran.steps_done, (long long)total, stage_name(stage), out.c_str());
+  plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
+                  "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
   std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
   std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
-  return stopping ? stop.exit_status() : 0;
+  return ran.stopped ? stop.exit_status() : 0;
 }
 
 // ---- evaluation ------------------------------------------------------------------------------
@@ -633,7 +638,7 @@ int evaluate(const Options& o, const io::Safetensors& file) {
       data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.reading_params));
   const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), model.config().block_size,
                            o.eval_corpus);
-  examples::ProgressLine progress;
+  attn::train::ProgressLine progress;
   const auto t0 = std::chrono::steady_clock::now();
   const data::QAEvaluation r = data::evaluate_greedy(model, tok, qa, [&](index_t done, index_t n) {
     const double s = seconds_since(t0);
@@ -730,7 +735,8 @@ void add_run_options(CLI::App* cmd, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  examples::DataParallel dp(argc, argv);  // the MPI job, when run under mpirun
+  const auto job = examples::join_job(argc, argv);  // the MPI job, when run under mpirun
+  attn::dist::DataParallel& dp = *job;
   CLI::App app{
       "birthplace: pretrain a GPT with span corruption, finetune it to answer \"Where was X "
       "born?\", evaluate it (XCS224N ps5 with attn)"};
@@ -801,7 +807,7 @@ int main(int argc, char** argv) {
     }
     if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
     if (!o.outputs_path.empty()) {
-      examples::check_output_file(o.outputs_path, "--outputs-path", false);
+      attn::train::check_output_file(o.outputs_path, "--outputs-path", false);
       // london reads the pretraining and vocabulary corpora; evaluate the checkpoint.
       attn::train::check_not_an_input(
           o.outputs_path, "--outputs-path",

@@ -14,7 +14,7 @@
 
 #include "../common/attention_names.hpp"
 
-namespace examples {
+namespace attn::dist {
 class DataParallel;
 }
 
@@ -147,11 +147,11 @@ class Job {
             const std::set<std::string>& given);
   // Samples from a checkpoint (on rank 0; the other ranks return 0).
   int sample(const SampleOptions& options);
-  // main's exit status, after ending the MPI job (see examples::DataParallel::finish).
+  // main's exit status, after ending the MPI job (see attn::dist::DataParallel::finish).
   int finish(int status);
 
  private:
-  std::unique_ptr<examples::DataParallel> dp_;
+  std::unique_ptr<attn::dist::DataParallel> dp_;
 };
 
 }  // namespace char_gpt

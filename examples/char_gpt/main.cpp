@@ -1,7 +1,7 @@
 // examples/char_gpt: trains a character-level GPT (attn::nn::GPT) on a text file with AdamW and a
 // warmup + cosine schedule, logs and plots the losses, saves a resumable safetensors checkpoint,
 // and samples from it; `char_gpt sample` samples from a saved checkpoint. Under `mpirun -np N` it
-// trains data-parallel (examples/common/distributed.hpp); rank 0 prints and writes the files.
+// trains data-parallel (attn/dist/data_parallel.hpp); rank 0 prints and writes the files.
 // Does not tokenize beyond characters nor split a model over machines.
 //
 // This file is the command line; train.cpp trains and samples (char_gpt.hpp is between them).

@@ -7,8 +7,11 @@
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
-#include <attn/train/paths.hpp>
-#include <attn/train/run_lock.hpp>
+#include <attn/train/loop.hpp>
+#include <attn/train/memory.hpp>
+#include <attn/train/plot.hpp>
+#include <attn/train/progress.hpp>
+#include <attn/train/run_files.hpp>
 #include <attn/train/settings.hpp>
 
 #include <chrono>
@@ -26,11 +29,13 @@
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
 #include "../common/distributed.hpp"
-#include "../common/plot.hpp"
-#include "../common/training.hpp"
+#include "../common/model_config.hpp"
+#include "../common/resume_settings.hpp"
 #include "char_gpt.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 namespace fs = std::filesystem;
 using attn::index_t;
@@ -39,12 +44,10 @@ namespace nn = attn::nn;
 namespace io = attn::io;
 namespace optim = attn::optim;
 
-using examples::exact;
-using examples::format_duration;
+using attn::train::seconds_since;
+using attn::train::shortest_text;
+using attn::train::step_seed;
 using examples::open_checkpoint;
-using examples::read_text;
-using examples::seconds_since;
-using examples::step_seed;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -74,9 +77,9 @@ void put_run(io::Safetensors& file, const attn::train::Settings& settings, const
   auto& m = file.metadata;
   settings.save(m);
   m["train.step"] = std::to_string(steps_done);
-  m["train.elapsed_s"] = exact(elapsed);
+  m["train.elapsed_s"] = shortest_text(elapsed);
   m["train.data_crc32"] = std::to_string(data_crc);
-  m["train.train_fraction"] = exact(o.train_fraction);
+  m["train.train_fraction"] = shortest_text(o.train_fraction);
 }
 
 // Takes the saved run's settings into `o` through the table (a contradicting option is an error
@@ -130,15 +133,14 @@ std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
 using Model = nn::GPT<examples::AnyCausal>;
 
 int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::string>& given,
-          examples::DataParallel& dp) {
+          attn::dist::DataParallel& dp) {
   if (o.eval_every > o.steps) o.eval_every = o.steps;
   // Continuing a checkpoint: its attention variant unless --attention says otherwise (then the
   // mismatch is refused below).
   const std::string from = !o.resume.empty() ? o.resume : o.init_from;
   if (!from.empty() && given.count("--attention") == 0)
     o.attention = io::metadata_string(open_checkpoint(from), "attention", from);
-  examples::ProgressLine progress;
-  const examples::StopRequest stop;
+  const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
 
   // ---- where the run comes from, and where it goes: everything checked before the first step
@@ -149,7 +151,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
     // A resumed run continues in its own directory.
     const fs::path dir =
         fs::path(o.resume).parent_path().empty() ? fs::path(".") : fs::path(o.resume).parent_path();
-    ATTN_CHECK(given.count("--out") == 0 || examples::same_path(o.out, dir), attn::value_error,
+    ATTN_CHECK(given.count("--out") == 0 || attn::train::same_path(o.out, dir), attn::value_error,
                "--out ", o.out, " conflicts with --resume ", o.resume,
                ": a resumed run continues in the directory of its checkpoint, ", dir.string());
     out = dir;
@@ -172,9 +174,9 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
                        position_name(saved.positions)),
         source, "the model comes from the checkpoint");
     ATTN_CHECK(!resuming || given.count("--dropout") == 0 || o.dropout == saved.dropout,
-               attn::value_error, "--dropout ", examples::shortest(o.dropout),
+               attn::value_error, "--dropout ", shortest_text(o.dropout),
                " conflicts with the run in ", source, ", which has --dropout ",
-               examples::shortest(saved.dropout), ": a resumed run keeps its settings");
+               shortest_text(saved.dropout), ": a resumed run keeps its settings");
     ATTN_CHECK(o.vocab_from.empty(), attn::value_error, "--vocab-from conflicts with ",
                resuming ? "--resume" : "--init-from", " ", source,
                ": the vocabulary is the checkpoint's");
@@ -198,31 +200,31 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
   }
   const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
                  svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
-  ATTN_CHECK(o.init_from.empty() || !examples::same_path(o.init_from, checkpoint),
+  ATTN_CHECK(o.init_from.empty() || !attn::train::same_path(o.init_from, checkpoint),
              attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
              checkpoint.string(), "): choose another --out");
   // A resumed run writes its directory's checkpoint.safetensors: resuming from another file there
   // would replace that run's checkpoint and cut its log.
-  ATTN_CHECK(!resuming || examples::same_path(o.resume, checkpoint), attn::value_error, "--resume ",
-             o.resume, " is not the checkpoint of the run in its directory (", checkpoint.string(),
+  ATTN_CHECK(!resuming || attn::train::same_path(o.resume, checkpoint), attn::value_error,
+             "--resume ", o.resume, " is not the checkpoint of the run in its directory (",
+             checkpoint.string(),
              "): char_gpt resumes a run from its own checkpoint.safetensors; "
              "copy the file into an empty directory as checkpoint.safetensors and resume that");
-  {
-    std::vector<attn::train::Input> inputs{{o.data, "--data"}};
-    for (const std::string& v : o.vocab_from) inputs.push_back({v, "--vocab-from"});
-    for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path})
-      attn::train::check_not_an_input(
-          p, "--out " + out.string() + " (its " + p.filename().string() + ")", inputs);
-  }
-  attn::train::RunLock lock;  // held until the program ends: one process per run directory
-  if (dp.leader()) {          // the other ranks write no files (their --out may not even exist)
-    examples::check_writable_directory(out, "--out");
-    fs::create_directories(out);
-    lock = attn::train::RunLock(out / ".lock", "char_gpt: the run in " + out.string());
-    if (!resuming)
-      examples::refuse_to_replace({checkpoint, log_path}, o.overwrite, "char_gpt", "--out",
-                                  "continue that run with --resume " + checkpoint.string());
-    examples::remove_stale_saves(checkpoint);
+  // The run's files, owned by rank 0 alone (the other ranks write none; their --out may not even
+  // exist): checked, locked and guarded before anything is read or trained.
+  attn::train::RunFiles files;
+  if (dp.leader()) {
+    attn::train::RunRequest request{
+        .program = "char_gpt",
+        .option = "--out",
+        .where = out,
+        .resuming = resuming,
+        .overwrite = o.overwrite,
+        .how_to_continue = "continue that run with --resume " + checkpoint.string(),
+        .inputs = {{o.data, "--data"}}};
+    for (const std::string& v : o.vocab_from) request.inputs.push_back({v, "--vocab-from"});
+    files = attn::train::RunFiles(
+        {checkpoint, log_path, log_columns, {svg, png, sample_path}, out / ".lock"}, request);
   }
 
   // The corpus and its vocabulary (from the checkpoint when continuing one).
@@ -281,10 +283,10 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
   if (o.sample_tokens > 0) prompt = encode_prompt(tok, o.prompt);
 
   const std::string smaller = "use a smaller --batch, --block or model";
-  examples::check_memory(examples::parameters_estimate(config), "char_gpt", smaller);
+  attn::train::check_memory(attn::train::parameters_estimate(config), "char_gpt", smaller);
   Model model(config, examples::attention_factory(o.attention));
-  const std::string memory =
-      examples::check_memory(examples::training_memory(model, block, o.batch), "char_gpt", smaller);
+  const std::string memory = attn::train::check_memory(
+      attn::train::training_memory(model, block, o.batch), "char_gpt", smaller);
   auto params = optim::parameters_of<float>(model);
   optim::AdamConfig ac;
   ac.lr = o.lr;
@@ -296,23 +298,13 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
   if (resuming) io::get_optimizer_state(resumed, opt, source);
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
 
-  // The log: a resumed run's is cut back to the checkpoint's step (rows logged after it are
-  // logged again) and continued; its rows start the curves, so the plot shows the whole run.
-  // Rank 0 alone touches the run's files.
+  // The curves of the plot start with the rows a resumed run logged before (its log cut back to
+  // the checkpoint's step: rows logged after it are logged again).
   std::vector<double> curve_step, curve_train, curve_val;
-  std::optional<io::CsvLog> log;
-  if (dp.leader()) {
-    if (resuming)
-      for (const std::vector<double>& row : examples::truncate_log(log_path, log_columns, start)) {
-        curve_step.push_back(row[0]);
-        curve_train.push_back(row[1]);
-        curve_val.push_back(row[2]);
-      }
-    // Everything is checked: only now does an --overwrite replace the earlier run's files.
-    fs::create_directories(out);
-    if (!resuming)
-      for (const fs::path& p : {checkpoint, log_path, svg, png, sample_path}) fs::remove(p);
-    log.emplace(log_path, log_columns, resuming);
+  for (const std::vector<double>& row : files.resume_log(start)) {
+    curve_step.push_back(row[0]);
+    curve_train.push_back(row[1]);
+    curve_val.push_back(row[2]);
   }
 
   const index_t n_params = nn::parameter_count(model);
@@ -352,47 +344,39 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
     return total / double(o.eval_batches);
   };
 
-  double window_loss = 0, grad_norm = 0, val = std::nan("");
-  std::int64_t window = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto t_window = t0;
-  double tokens_per_s = 0;
+  // The loop (attn/train/loop.hpp): a step is a batch and dropout drawn from (seed, step), so a
+  // resumed run repeats the uninterrupted one; every --eval-every steps and at the session's last
+  // (its end, --stop-at or Ctrl-C) an evaluation, the checkpoint, then its log row: a crash between
+  // the two loses a row that the resumed run writes again, never leaves a row for a step no
+  // checkpoint holds.
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
-  std::int64_t done_to = start;  // steps done (and saved) when the loop ends
-  // Under mpirun the ranks agree on stopping (any rank's Ctrl-C stops all after the same step).
-  bool stopping = dp.any(stop.requested());
-  for (std::int64_t step = start; step < end && !stopping; ++step) {
-    attn::Rng rng(step_seed(o.seed, 1, step));
+  double window_loss = 0, val = std::nan("");
+  std::int64_t window = 0;
+  auto t_window = std::chrono::steady_clock::now();
+  attn::train::ProgressLine progress;
+  const auto step = [&](std::int64_t s) {
+    attn::Rng rng(step_seed(o.seed, 1, s));
     batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
-    const examples::StepResult r = dp.step(model, tape, opt, params, x, y, -100, schedule(step),
-                                           o.grad_clip, rng.split(), 0, o.shards);
-    const double loss = r.loss;
-    grad_norm = r.grad_norm;
-    window_loss += loss;
+    return dp.step(model, tape, opt, params, x, y, -100, schedule(s), o.grad_clip, rng.split(), 0,
+                   o.shards);
+  };
+  const auto report = [&](const attn::train::StepReport& r) {
+    window_loss += r.result.loss;
     ++window;
-    done_to = step + 1;
-
-    // Ctrl-C: this step is done; it is evaluated, saved and logged like the last one.
-    stopping = dp.any(stop.requested());
-    const bool last = step + 1 == end || stopping;
-    const bool eval = (step + 1) % o.eval_every == 0 || last;
-    const double elapsed = seconds_since(t0);
-    const double done = double(step + 1 - start), left = double(end - step - 1);
-    tokens_per_s = done * double(o.batch * block) / elapsed;
+    const bool eval = attn::train::due(o.eval_every, r);
     if (eval) {
-      val = evaluate(step);
+      val = evaluate(r.steps_done - 1);
       const double train_loss = window_loss / double(window);
       const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
-      // The checkpoint first, then its log row: a crash between the two loses a row that the
-      // resumed run writes again, never leaves a row for a step no checkpoint holds.
+      const double elapsed = elapsed_before + r.seconds;
       dp.check_replicas(model);
       if (dp.leader()) {
-        save_checkpoint(checkpoint, model, &opt, tok, settings, o, step + 1,
-                        elapsed_before + elapsed, data_crc);
-        log->row({double(step + 1), train_loss, val, schedule(step), grad_norm, window_tps,
-                  elapsed_before + elapsed});
+        files.begin_writing();
+        save_checkpoint(checkpoint, model, &opt, tok, settings, o, r.steps_done, elapsed, data_crc);
+        files.log_row({double(r.steps_done), train_loss, val, schedule(r.steps_done - 1),
+                       r.result.grad_norm, window_tps, elapsed});
       }
-      curve_step.push_back(double(step + 1));
+      curve_step.push_back(double(r.steps_done));
       curve_train.push_back(train_loss);
       curve_val.push_back(val);
       window_loss = 0, window = 0;
@@ -401,37 +385,57 @@ int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::
     if (dp.leader() && (progress.tty() || eval)) {
       char text_line[160];
       std::snprintf(text_line, sizeof text_line,
-                    "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s", (long long)(step + 1),
-                    (long long)o.steps, loss, val, tokens_per_s);
-      progress.show(double(step + 1) / double(o.steps), text_line, left * elapsed / done, eval);
+                    "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s", (long long)r.steps_done,
+                    (long long)o.steps, r.result.loss, val, r.tokens_per_s);
+      progress.show(r.fraction, text_line, r.eta_seconds, eval);
     }
-  }
+  };
+  const attn::train::LoopEnd ran =
+      attn::train::run_loop({start, end, o.steps, double(o.batch * block)}, stop, step, report,
+                            [&](bool flag) { return dp.any(flag); });
   progress.finish();
-  if (!dp.leader()) return stopping ? stop.exit_status() : 0;
+  if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
 
-  std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
-              (long long)(done_to - start), seconds_since(t0), tokens_per_s, val,
-              (long long)done_to);
-  if (done_to > start) {
-    plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
-                    {{"train", "#1f77b4", curve_step, curve_train},
-                     {"validation", "#d62728", curve_step, curve_val}});
-    const bool have_png = plot::gnuplot_png(log_path, png, "char_gpt: " + o.attention,
-                                            {{2, "train"}, {3, "validation"}});
-    std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
+  if (ran.steps_run == 0) {
+    // Stopped before the first step: nothing was written, an earlier run's files are as they were.
+    if (resuming)
+      std::printf(
+          "stopped before step %lld: %s is as it was; continue with `char_gpt --resume %s`\n",
+          (long long)(start + 1), checkpoint.c_str(), checkpoint.c_str());
+    else
+      std::printf("stopped before the first step: nothing was saved\n");
+    return stop.exit_status();
   }
+  std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
+              (long long)ran.steps_run, ran.seconds, ran.tokens_per_s, val,
+              (long long)ran.steps_done);
+  plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+                  {{"train", "#1f77b4", curve_step, curve_train},
+                   {"validation", "#d62728", curve_step, curve_val}});
+  const bool have_png = plot::gnuplot_png(log_path, png, "char_gpt: " + o.attention,
+                                          {{2, "train"}, {3, "validation"}});
+  std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
   std::printf("checkpoint: %s\n", checkpoint.c_str());
-  if (stopping || done_to < o.steps)
+  if (ran.stopped || ran.steps_done < o.steps)
     std::printf("stopped at step %lld of %lld; continue with `char_gpt --resume %s`\n",
-                (long long)done_to, (long long)o.steps, checkpoint.c_str());
-  if (stopping) return stop.exit_status();
+                (long long)ran.steps_done, (long long)o.steps, checkpoint.c_str());
+  if (ran.stopped) return stop.exit_status();
+  std::fflush(stdout);  // the run's files are named before a long sample starts
 
   if (o.sample_tokens > 0) {
     nn::SampleConfig s;
     s.max_tokens = o.sample_tokens;
     s.temperature = o.temperature;
     s.seed = o.seed;
-    const std::string sample = o.prompt + tok.decode(nn::generate(model, prompt, s));
+    s.stop_requested = [&] { return stop.requested(); };
+    const std::vector<std::int32_t> ids = nn::generate(model, prompt, s);
+    if (stop.requested()) {
+      // Ctrl-C while sampling: the run is saved; the sample is not finished, so not written.
+      std::printf("sampling interrupted after %zu of %lld characters: no sample written\n",
+                  ids.size(), (long long)o.sample_tokens);
+      return stop.exit_status();
+    }
+    const std::string sample = o.prompt + tok.decode(ids);
     io::write_file_atomically(sample_path, sample);
     std::printf("sample (%lld characters, temperature %.2f):\n%s\n", (long long)o.sample_tokens,
                 o.temperature, sample.c_str());
@@ -467,7 +471,7 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
 
 namespace char_gpt {
 
-Job::Job(int& argc, char**& argv) : dp_(std::make_unique<examples::DataParallel>(argc, argv)) {}
+Job::Job(int& argc, char**& argv) : dp_(examples::join_job(argc, argv)) {}
 Job::~Job() = default;
 
 int Job::train(TrainOptions& options, attn::train::Settings& settings,

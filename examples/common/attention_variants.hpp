@@ -18,8 +18,7 @@ namespace examples {
 template <class Score, class Kernel, class Projection>
 using CausalMha = attn::MultiHeadAttention<Score, Kernel, attn::mask::Causal,
                                            attn::Heads<attn::dynamic>, Projection, float>;
-using Standard =
-    CausalMha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Separate>;
+using Standard = attn::nn::CausalSelfAttention;
 using Symmetric = CausalMha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Tied>;
 using Euclidean =
     CausalMha<attn::score::NegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;

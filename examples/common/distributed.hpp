@@ -1,208 +1,27 @@
-// examples/common/distributed.hpp: data-parallel training for the example trainers: the ranks
-// (MPI when the program links attn::dist and runs under mpirun, one process otherwise), the
-// training step split into shards, and which rank prints and writes files (rank 0).
-// Does not parse options or write files itself; without MPI it is one process that can still run
-// a step as S shards, giving the bits that S ranks give.
-//
-// A run has a shard count S (--shards, saved in its checkpoints): every step splits its global
-// batch into S shards (attn/dist/shard.hpp). One process runs all S in turn; R ranks run S/R each
-// and reduce their gradients in shard order (attn::dist::GradientReducer): the same additions,
-// so the same bits, for every R that divides S, which is also what lets a run resume with another
-// rank count.
+// examples/common/distributed.hpp: the data-parallel job of an example trainer
+// (attn::dist::DataParallel, attn/dist/data_parallel.hpp), joined before the command line is read
+// (MPI may take arguments of its own out of argv).
+// Does not train: the programs call DataParallel::step.
 #pragma once
 
-#include <attn/dist/shard.hpp>
+#include <attn/dist/data_parallel.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
-#include <optional>
-#include <string>
-#include <vector>
-
-#include "training.hpp"
-
-#ifdef ATTN_WITH_MPI
-#include <attn/dist/mpi.hpp>
-#endif
 
 namespace examples {
 
-class DataParallel {
- public:
-  // One process, no MPI.
-  DataParallel() = default;
-
-  // Joins the MPI job when the program was built with MPI (a world of one rank without mpirun).
-  // Collectives give up after ATTN_DIST_TIMEOUT seconds (default 600) without an answer from the
-  // other ranks.
-  DataParallel(int& argc, char**& argv) {
-#ifdef ATTN_WITH_MPI
-    double timeout = 600;
-    if (const char* env = std::getenv("ATTN_DIST_TIMEOUT")) {
-      char* end = nullptr;
-      timeout = std::strtod(env, &end);
-      if (end == env || *end != '\0' || !(timeout > 0)) {
-        std::fprintf(stderr, "error: ATTN_DIST_TIMEOUT='%s' is not a positive number of seconds\n",
-                     env);
-        std::exit(2);
-      }
-    }
-    world_ = std::make_unique<attn::dist::Context>(argc, argv, timeout);
-#else
-    (void)argc, (void)argv;
-#endif
+// The job, or exit status 2 with a one-line error where its environment is wrong (an
+// ATTN_DIST_TIMEOUT that is not a number of seconds): nothing has run yet.
+inline std::unique_ptr<attn::dist::DataParallel> join_job(int& argc, char**& argv) {
+  try {
+    return std::make_unique<attn::dist::DataParallel>(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    std::exit(2);
   }
-
-  int rank() const {
-#ifdef ATTN_WITH_MPI
-    if (world_) return world_->rank();
-#endif
-    return 0;
-  }
-  int ranks() const {
-#ifdef ATTN_WITH_MPI
-    if (world_) return world_->size();
-#endif
-    return 1;
-  }
-  // Rank 0: the one that prints, logs, plots and writes checkpoints.
-  bool leader() const {
-    return rank() == 0;
-  }
-
-  // The shard count of a run whose batches have `batch` rows: `requested` (an option or a
-  // checkpoint's; 0: one shard per rank). Throws value_error unless the ranks divide it and every
-  // shard gets a row.
-  attn::index_t shards(attn::index_t requested, attn::index_t batch) const {
-    const attn::index_t s = requested > 0 ? requested : ranks();
-    ATTN_CHECK(s % ranks() == 0, attn::value_error, "data parallel: the run has ", s,
-               " shards per step and ", ranks(),
-               " ranks cannot split them evenly: run it with a number of ranks that divides ", s,
-               ", or give --shards a multiple of ", ranks(),
-               " (a new split: no longer the same bits as before)");
-    ATTN_CHECK(s <= batch, attn::value_error, "data parallel: ", s, " shards of a batch of ", batch,
-               " sequences: every shard needs one (fewer --shards or ranks, or a larger --batch)");
-    return s;
-  }
-
-  // One training step of the global batch x, y [N, T] as `shards` shards (see the file comment):
-  // shard s runs rows shard_rows(N, shards, s) with the s-th seed of shard_seeds(dropout_seed)
-  // (backward_rows, micro_batch as there), every chunk weighted by the counted targets of the
-  // whole batch; then the fixed-order gradient sum and apply_step. With one shard it is
-  // train_step.
-  template <class Model, class Optimizer>
-  StepResult step(Model& model, attn::Tape<float>& tape, Optimizer& opt,
-                  const std::vector<attn::optim::NamedParameter<float>>& params,
-                  const attn::Tensor<std::int32_t>& x, const attn::Tensor<std::int32_t>& y,
-                  std::int32_t ignore_index, double lr, double grad_clip,
-                  std::uint64_t dropout_seed, attn::index_t micro_batch, attn::index_t shards) {
-    if (shards == 1 && ranks() == 1)
-      return train_step(model, tape, opt, params, x, y, ignore_index, lr, grad_clip, dropout_seed,
-                        micro_batch);
-    const attn::dist::ShardPlan plan(shards, ranks(), rank());
-    const attn::index_t rows = x.shape()[0];
-    const double n = double(std::max<attn::index_t>(counted_targets(y, ignore_index, 0, rows), 1));
-    const std::vector<std::uint64_t> seeds = attn::dist::shard_seeds(dropout_seed, shards);
-    prepare(params, plan.per_rank());
-    for (attn::index_t j = 0; j < plan.per_rank(); ++j) {
-      const attn::index_t s = plan.first() + j;
-      const attn::dist::RowRange r = attn::dist::shard_rows(rows, shards, s);
-      capture(j, backward_rows(model, tape, x, y, ignore_index, r.begin, r.end, n,
-                               seeds[std::size_t(s)], micro_batch));
-    }
-    return apply_step(opt, params, reduce(), lr, grad_clip);
-  }
-
-  // Rank 0's parameters on every rank (before the first step).
-  template <class Model>
-  void broadcast_parameters(Model& model) {
-#ifdef ATTN_WITH_MPI
-    if (world_) attn::dist::broadcast_parameters(*world_, model);
-#else
-    (void)model;
-#endif
-  }
-
-  // dist_error unless every rank holds rank 0's parameters (at each checkpoint).
-  template <class Model>
-  void check_replicas(Model& model) {
-#ifdef ATTN_WITH_MPI
-    if (world_) attn::dist::check_replicas(*world_, model);
-#else
-    (void)model;
-#endif
-  }
-
-  // Rank 0's value of a number on every rank (a setting only rank 0 measured or chose).
-  template <class T>
-  void broadcast(T& value) {
-#ifdef ATTN_WITH_MPI
-    if (world_) attn::dist::broadcast(*world_, value);
-#else
-    (void)value;
-#endif
-  }
-
-  // True on every rank when `flag` is true on any (ranks agreeing to stop at the same step).
-  bool any(bool flag) {
-#ifdef ATTN_WITH_MPI
-    if (world_) return attn::dist::any(*world_, flag);
-#endif
-    return flag;
-  }
-
-  // main's exit status: after a failure on this rank (status 1 to 127) with other ranks running,
-  // ends them all (MPI_Abort: they may be waiting for this rank); otherwise finalises MPI. A
-  // status of 128 + a signal is a stop every rank agreed on (see any), not a failure.
-  int finish(int status) {
-#ifdef ATTN_WITH_MPI
-    if (world_ && status != 0 && status < 128 && world_->size() > 1) world_->abort(status);
-    // An agreed stop: no rank leaves before rank 0 has written its files (mpirun may end the
-    // others once one exits with a non-zero status).
-    if (world_ && status >= 128 && world_->size() > 1) (void)attn::dist::any(*world_, false);
-    reducer_.reset();
-    world_.reset();
-#endif
-    return status;
-  }
-
- private:
-  // The gradient buffers for `local` shards a step of these parameters, kept between steps. The
-  // choice to rebuild them depends only on the shard count and the gradient sizes, never on
-  // addresses, so that every rank makes it alike: building a reducer is a collective.
-  void prepare(const std::vector<attn::optim::NamedParameter<float>>& params, attn::index_t local) {
-    const auto reuse = [&](auto& g) {
-      if (g && g->local() == local && g->fits(params)) return g->rebind(params), true;
-      return false;
-    };
-#ifdef ATTN_WITH_MPI
-    if (ranks() > 1) {
-      attn::dist::ShardGradients<float>* g = reducer_ ? &reducer_->shards() : nullptr;
-      if (!reuse(g)) reducer_.emplace(*world_, params, local);
-      return;
-    }
-#endif
-    if (!reuse(local_)) local_.emplace(params, local);
-  }
-  void capture(attn::index_t j, double loss) {
-#ifdef ATTN_WITH_MPI
-    if (reducer_ && ranks() > 1) return reducer_->capture(j, loss);
-#endif
-    local_->capture(j, loss);
-  }
-  double reduce() {
-#ifdef ATTN_WITH_MPI
-    if (reducer_ && ranks() > 1) return reducer_->reduce();
-#endif
-    return local_->fold();
-  }
-
-#ifdef ATTN_WITH_MPI
-  std::unique_ptr<attn::dist::Context> world_;  // null: one process
-  std::optional<attn::dist::GradientReducer<float>> reducer_;
-#endif
-  std::optional<attn::dist::ShardGradients<float>> local_;
-};
+}
 
 }  // namespace examples

@@ -4,6 +4,7 @@
 // Does not prove anything by itself: tests/teaching/test_exercises.cpp asserts every claim, with
 // the same code (exercises.hpp).
 #include <CLI/CLI.hpp>
+#include <attn/train/plot.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,10 +12,11 @@
 #include <vector>
 
 #include "../common/cli.hpp"
-#include "../common/plot.hpp"
 #include "exercises.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 using exercises::index_t;
 using exercises::Matrix;

@@ -16,11 +16,13 @@
 #include <vector>
 
 #include <attn/attn.hpp>
+#include <attn/train/plot.hpp>
 
 #include "../common/cli.hpp"
-#include "../common/plot.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 using attn::index_t;
 using attn::Tensor;

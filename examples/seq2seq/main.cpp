@@ -5,7 +5,10 @@
 // per model and draws the alignments (terminal heatmap; PNG via gnuplot, else SVG).
 // Does not save checkpoints: each model trains in a minute or two and is evaluated right away.
 #include <CLI/CLI.hpp>
+#include <attn/train/plot.hpp>
+#include <attn/train/run_files.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -15,11 +18,11 @@
 #include <vector>
 
 #include "../common/cli.hpp"
-#include "../common/plot.hpp"
-#include "../common/run_files.hpp"
 #include "models.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 namespace fs = std::filesystem;
 namespace optim = attn::optim;
@@ -259,8 +262,14 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("--heads", std::to_string(o.transformer.heads) +
                                                 " does not divide --d-model " +
                                                 std::to_string(o.transformer.d_model));
+    // A warmup longer than the run: an error when asked for, the whole run when it is the default.
+    if (o.warmup > o.steps && app.count("--warmup") > 0)
+      throw CLI::ValidationError("--warmup", std::to_string(o.warmup) + " is more than --steps " +
+                                                 std::to_string(o.steps) +
+                                                 ": the warmup is part of the run");
+    o.warmup = std::min(o.warmup, o.steps);
     if (o.eval_every > o.steps) o.eval_every = o.steps;
-    if (o.show > 0) examples::check_writable_directory(o.out, "--out");
+    if (o.show > 0) attn::train::check_writable_directory(o.out, "--out");
     return run(o);
   });
 }

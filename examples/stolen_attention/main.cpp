@@ -11,6 +11,8 @@
 #include <attn/data/data.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
+#include <attn/train/plot.hpp>
+#include <attn/train/run_files.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -23,10 +25,10 @@
 #include <vector>
 
 #include "../common/cli.hpp"
-#include "../common/plot.hpp"
-#include "../common/run_files.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 namespace fs = std::filesystem;
 namespace nn = attn::nn;
@@ -272,7 +274,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
   app.add_option("--out", o.out, "output directory");
   return examples::run_main(app, argc, argv, [&] {
-    examples::check_writable_directory(o.out, "--out");
+    attn::train::check_writable_directory(o.out, "--out");
     return run(o);
   });
 }

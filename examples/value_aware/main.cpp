@@ -9,6 +9,8 @@
 #include <attn/attn.hpp>
 #include <attn/data/data.hpp>
 #include <attn/io/io.hpp>
+#include <attn/train/plot.hpp>
+#include <attn/train/run_files.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -28,10 +30,10 @@
 #include "../common/char_checkpoint.hpp"
 #include "../common/cli.hpp"
 #include "../common/format.hpp"
-#include "../common/plot.hpp"
-#include "../common/run_files.hpp"
 
 namespace {
+
+namespace plot = attn::train::plot;
 
 namespace fs = std::filesystem;
 namespace approx = attn::approx;
@@ -487,11 +489,11 @@ int main(int argc, char** argv) {
 
   return examples::run_main(app, argc, argv, [&] {
     if (*plot_cmd) {
-      examples::check_output_file(svg, "--out", true);
+      attn::train::check_output_file(svg, "--out", true);
       return plot_curves(csvs, svg);
     }
     const EvalOptions& opts = *weights_cmd ? w : e;
-    examples::check_output_file(opts.out, "--out", true);
+    attn::train::check_output_file(opts.out, "--out", true);
     const io::Safetensors file = examples::open_checkpoint(opts.checkpoint);
     return examples::with_attention(
         io::metadata_string(file, "attention", opts.checkpoint), [&]<class Attn>() {

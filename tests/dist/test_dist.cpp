@@ -113,8 +113,8 @@ TEST_CASE("data-parallel GPT: R ranks give the bits of one process running the s
   dist::Context& w = *world;
   int argc = 0;
   char** argv = nullptr;
-  examples::DataParallel ranks(argc, argv);  // joins the running MPI job (w's)
-  examples::DataParallel alone;              // one process
+  attn::dist::DataParallel ranks(argc, argv);  // joins the running MPI job (w's)
+  attn::dist::DataParallel alone;              // one process
   REQUIRE(ranks.ranks() == w.size());
   for (const index_t per_rank : {1, 2}) {
     const index_t shards = per_rank * w.size();

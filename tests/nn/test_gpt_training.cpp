@@ -237,7 +237,7 @@ TEST_CASE("data-parallel shards in one process: the unsplit step's losses, to ro
   // gradient sum is rounded: each chunk's mean is weighted by its share of the counted targets
   // (the rows ignore different numbers of positions), so the weights must be right for the
   // trajectories to agree. The bitwise equality of S ranks and one process is test_dist's.
-  examples::DataParallel alone;
+  attn::dist::DataParallel alone;
   const attn::test::ShardedRun whole = attn::test::sharded_run(alone, 1, 0, 8, 0.0);
   for (const index_t shards : {2, 7}) {
     CAPTURE(shards);

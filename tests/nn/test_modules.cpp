@@ -2,6 +2,7 @@
 // backward, parameter names, decoding with the cache against the full forward pass, sampling.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <attn/attn.hpp>
 #include <string>
 #include <vector>
@@ -207,7 +208,16 @@ TEST_CASE("nn::generate: the cached and the uncached sampler draw the same token
   s.max_tokens = 60;  // past the block: the cached sampler restarts from half a block
   s.seed = 3;
   CHECK(nn::generate(gpt, prompt, s).size() == 60);
-  s.stop_token = nn::generate(gpt, prompt, s)[4];
+  const auto full = nn::generate(gpt, prompt, s);
+  // A stop request (a trainer's Ctrl-C) ends the sample where it is asked, as a prefix of the
+  // sample it cuts short.
+  int asked = 0;
+  s.stop_requested = [&] { return ++asked > 7; };
+  const auto cut = nn::generate(gpt, prompt, s);
+  CHECK(cut.size() == 7);
+  CHECK(std::equal(cut.begin(), cut.end(), full.begin()));
+  s.stop_requested = nullptr;
+  s.stop_token = full[4];
   CHECK(nn::generate(gpt, prompt, s).size() <= 5);
 }
 

@@ -200,6 +200,11 @@ fi
 if [ -n "${bin[seq2seq]:-}" ]; then
   expect 2 "--hidden: 3 is not even" -- "${bin[seq2seq]}" --hidden 3
   expect 1 "--out guard/c/log.csv: guard/c/log.csv is a file, not a directory" -- "${bin[seq2seq]}" --out guard/c/log.csv
+  # A warmup longer than the run: named when asked for; the default fits itself to a short run.
+  expect 2 "--warmup: 100 is more than --steps 2" -- "${bin[seq2seq]}" --steps 2 --warmup 100
+  cases=$((cases + 1))
+  "${bin[seq2seq]}" --steps 2 --models dot --test-size 10 --show 0 --threads 1 > s2s.out 2>&1 ||
+    fail "seq2seq --steps 2 with the default warmup: $(cat s2s.out)"
 fi
 if [ -n "${bin[stolen_attention]:-}" ]; then
   S=${bin[stolen_attention]}
@@ -390,6 +395,20 @@ for sig in HUP TERM; do
   [ $rc = $want ] || fail "SIG$sig: exit status $rc, expected $want: $(cat sig.err)"
   [ -f s/sig$sig/checkpoint.safetensors ] || fail "SIG$sig: not saved"
 done
+
+# Ctrl-C while the finished run samples: the sample stops, nothing half-written is kept, exit 130.
+cases=$((cases + 1))
+"$G" --data small.txt --layers 1 --heads 1 --embd 8 --block 8 --batch 2 --eval-batches 1 --threads 1 \
+  --steps 2 --eval-every 2 --sample-tokens 1000000 --out s/sample_int > si.out 2> si.err &
+pid=$!
+for _ in $(seq 600); do grep -q "^checkpoint:" si.out 2> /dev/null && break; kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] || fail "Ctrl-C while sampling: exit status $rc, expected 130: $(cat si.out si.err)"
+grep -q "sampling interrupted after" si.out || fail "Ctrl-C while sampling: not said: $(cat si.out)"
+[ ! -e s/sample_int/sample.txt ] || fail "Ctrl-C while sampling: a sample.txt was written"
+[ -f s/sample_int/checkpoint.safetensors ] || fail "Ctrl-C while sampling: the run is not saved"
 
 # A run written by char_gpt before its settings table (tests/robustness/old_run, made by
 # make_old_run.sh) resumes: at its step, with every saved setting read back as the same value.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "../test_util.hpp"
 
@@ -204,4 +205,28 @@ TEST_CASE("Settings::help: one line per setting with its values, default and res
   std::uint64_t seed2 = 0;
   s.unsigned_integer("seed2", seed2, "seed").range(0, 0x1p64);
   CHECK(s.at("seed2").value_help() == "UINT in [0, 18446744073709551615]");
+}
+
+TEST_CASE("Settings::parse_command_line: --name value, --name=value, flags, and the rest") {
+  Options o;
+  Settings s;
+  declare(s, o);
+  const char* argv[] = {"trainer",    "--lr",        "0.01", "input.txt",
+                        "--steps=50", "--overwrite", "--",   "--not-an-option"};
+  const std::vector<std::string> rest = s.parse_command_line(8, argv);
+  CHECK(o.lr == 0.01);
+  CHECK(o.steps == 50);
+  CHECK(o.overwrite);
+  CHECK(s.given("steps"));
+  CHECK(rest == std::vector<std::string>{"input.txt", "--not-an-option"});
+
+  const char* unknown[] = {"trainer", "--learning-rate", "1"};
+  CHECK(message_of<attn::value_error>([&] { s.parse_command_line(3, unknown); }) ==
+        "unknown option --learning-rate");
+  const char* missing[] = {"trainer", "--lr"};
+  CHECK(message_of<attn::value_error>([&] { s.parse_command_line(2, missing); }) ==
+        "--lr needs a value");
+  const char* bad[] = {"trainer", "--seed=-1"};
+  CHECK(message_of<attn::value_error>([&] { s.parse_command_line(2, bad); }) ==
+        "--seed: '-1' is not a non-negative integer");
 }

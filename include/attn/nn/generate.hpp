@@ -1,11 +1,12 @@
 // attn/nn/generate.hpp: sampling text from a language model (GPT<…>): temperature, top-k, a seed,
-// a stop token; with the key/value cache each new token costs one position's work, O(T·D) per
-// layer. Does not do beam search or batched sampling of different prompts.
+// a stop token, a stop request; with the key/value cache each new token costs one position's work,
+// O(T·D) per layer. Does not do beam search or batched sampling of different prompts.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <span>
@@ -22,6 +23,9 @@ struct SampleConfig {
   std::uint64_t seed = 0;
   std::int32_t stop_token = -1;  // generation ends after emitting it (-1: never)
   bool use_cache = true;         // false: recompute the whole window for every token (O(T²) each)
+  // Asked before every new token (when set): true ends the sample there, with the tokens so far
+  // (a trainer's Ctrl-C: attn/train/interrupt.hpp).
+  std::function<bool()> stop_requested;
 };
 
 // Picks a token from one row of logits under `c` (temperature, top-k) with one draw of `rng`.
@@ -98,6 +102,7 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
     std::copy(seq.begin() + begin, seq.end(), ids.begin());
   };
   for (index_t n = 0; n < c.max_tokens; ++n) {
+    if (c.stop_requested && c.stop_requested()) break;
     tape.clear();
     const index_t L = index_t(seq.size());
     Var<T> logits;

@@ -19,6 +19,11 @@
 
 namespace attn::nn {
 
+// The attention of minGPT's CausalSelfAttention and GPT-2: softmax of scaled dot products under a
+// causal mask, heads set at run time, separate query and key projections, in float.
+using CausalSelfAttention = MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal,
+                                               Heads<dynamic>, projection::Separate, float>;
+
 enum class PositionEncoding { learned, sinusoidal, none };
 enum class InitScheme {
   normal,  // every weight ~ N(0, 0.02²), residual projections 0.02/√(2·layers) (GPT-2)

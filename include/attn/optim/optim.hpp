@@ -7,3 +7,4 @@
 #include "param_group.hpp"
 #include "schedule.hpp"
 #include "sgd.hpp"
+#include "step.hpp"

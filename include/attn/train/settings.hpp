@@ -302,6 +302,38 @@ class Settings {
     s.given_ = true;
   }
 
+  // A command line without a command-line library: `--name value`, `--name=value`, and a flag as
+  // `--name` alone; each value checked by set(). Returns the other arguments (positional ones, and
+  // everything after a lone `--`), in order. An option not in the table, or one without its
+  // value, is a value_error naming it. `--help` is the caller's to look for first (help() is the
+  // text).
+  std::vector<std::string> parse_command_line(int argc, const char* const* argv) {
+    std::vector<std::string> rest;
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view arg = argv[i];
+      if (arg == "--") {
+        for (++i; i < argc; ++i) rest.emplace_back(argv[i]);
+        break;
+      }
+      if (arg.size() < 3 || arg.substr(0, 2) != "--") {
+        rest.emplace_back(arg);
+        continue;
+      }
+      const std::size_t eq = arg.find('=');
+      const std::string_view name = arg.substr(2, eq == std::string_view::npos ? arg.npos : eq - 2);
+      ATTN_CHECK(contains(name), value_error, "unknown option --", name);
+      if (eq != std::string_view::npos)
+        set(name, arg.substr(eq + 1));
+      else if (at(name).kind_ == Kind::flag)
+        set(name, "true");
+      else {
+        ATTN_CHECK(i + 1 < argc, value_error, "--", name, " needs a value");
+        set(name, argv[++i]);
+      }
+    }
+    return rest;
+  }
+
   // Writes every saved setting (all but not_saved) into `metadata` under its key.
   void save(std::map<std::string, std::string>& metadata) const {
     for (const Setting& s : table_)

@@ -1,14 +1,13 @@
-// examples/common/memory.hpp: will a training run fit in memory? The trainers estimate what a
+// attn/train/memory.hpp: will a training run fit in memory? A trainer estimates what a
 // run needs before its first step (weights, gradients and AdamW's two moments: 16 bytes per
 // parameter; the activations one step keeps on the tape, measured on one short sequence and
-// scaled) and refuse with the estimate and the memory available (MemAvailable of /proc/meminfo,
-// or less where a cgroup limit leaves less), instead of climbing until the kernel kills them.
+// scaled) and refuses with the estimate and the memory available (MemAvailable of /proc/meminfo,
+// or less where a cgroup limit leaves less), instead of climbing until the kernel kills it.
 // Does not limit memory itself, and is an estimate: a run that fits with little to spare may
-// still fail (then std::bad_alloc is caught and reported by run_main).
+// still fail (then std::bad_alloc reaches the trainer).
 #pragma once
 
 #include <malloc.h>
-#include <attn/attn.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -22,7 +21,11 @@
 #include <string_view>
 #include <system_error>
 
-namespace examples {
+#include "../autodiff/nn_ops.hpp"
+#include "../core/error.hpp"
+#include "../nn/transformer.hpp"
+
+namespace attn::train {
 
 // ---- what the machine has --------------------------------------------------------------------
 
@@ -134,17 +137,17 @@ inline std::string check_memory(const MemoryEstimate& need, std::string_view pro
       need.activations_how.empty() ? std::string("; activations not counted")
                                    : ", activations of one step " + bytes_text(need.activations) +
                                          ": " + need.activations_how;
-  throw attn::value_error(
-      std::string(program) + ": this run needs about " + bytes_text(need.total()) +
-      " of memory (parameters and gradients " + bytes_text(need.parameters) + ", optimizer state " +
-      bytes_text(need.optimizer) + activations + "), more than the " + bytes_text(have->bytes) +
-      " available (" + have->source + "); " + std::string(what_to_change));
+  throw value_error(std::string(program) + ": this run needs about " + bytes_text(need.total()) +
+                    " of memory (parameters and gradients " + bytes_text(need.parameters) +
+                    ", optimizer state " + bytes_text(need.optimizer) + activations +
+                    "), more than the " + bytes_text(have->bytes) + " available (" + have->source +
+                    "); " + std::string(what_to_change));
 }
 
 // A first look before a model is built, from its shape alone: a GPT's parameter count is about
 // L (12 D² + 13 D) + (2V + T) D (blocks, embeddings, head); building a model that cannot fit
 // would fail (or be killed) before any estimate is made.
-inline MemoryEstimate parameters_estimate(const attn::nn::GPTConfig& c) {
+inline MemoryEstimate parameters_estimate(const nn::GPTConfig& c) {
   const double d = double(c.d_model);
   const double p = double(c.layers) * (12 * d * d + 13 * d) +
                    (2 * double(c.vocab_size) + double(c.block_size)) * d;
@@ -171,29 +174,28 @@ inline std::optional<double> heap_in_use() {
 // gives a(t) = αt + βt² (linear layers grow with t, materialised attention weights with t²),
 // and one step keeps rows · a(length). Leaves the model's gradients zeroed.
 template <class Model>
-MemoryEstimate training_memory(Model& model, attn::index_t length, attn::index_t rows) {
+MemoryEstimate training_memory(Model& model, index_t length, index_t rows) {
   MemoryEstimate e;
-  const double p = double(attn::nn::parameter_count(model));
+  const double p = double(nn::parameter_count(model));
   e.parameters = 8 * p;
   e.optimizer = 8 * p;
   const std::int32_t vocab = std::int32_t(model.config().vocab_size);
-  const auto measure = [&](attn::index_t t) -> std::optional<double> {
-    attn::Tape<float> probe;  // a tape of its own: its buffers are freed when it goes
-    attn::Tensor<std::int32_t> x(attn::Shape{1, t}), y(attn::Shape{1, t});
-    for (attn::index_t i = 0; i < t; ++i) {
+  const auto measure = [&](index_t t) -> std::optional<double> {
+    Tape<float> probe;  // a tape of its own: its buffers are freed when it goes
+    Tensor<std::int32_t> x(Shape{1, t}), y(Shape{1, t});
+    for (index_t i = 0; i < t; ++i) {
       x[i] = std::int32_t(i * 7 % vocab);
       y[i] = std::int32_t((i * 7 + 1) % vocab);
     }
     const std::optional<double> before = heap_in_use();
-    const attn::Var<float> loss = attn::cross_entropy(model(probe, x), y);
+    const Var<float> loss = cross_entropy(model(probe, x), y);
     probe.backward(loss);
     const std::optional<double> after = heap_in_use();
-    model.for_each_parameter([](const std::string&, attn::Parameter<float>& q) { q.grad.fill(0); });
+    model.for_each_parameter([](const std::string&, Parameter<float>& q) { q.grad.fill(0); });
     if (!before || !after) return std::nullopt;
     return std::max(0.0, *after - *before);
   };
-  const attn::index_t t1 = std::min<attn::index_t>(length, 64),
-                      t2 = std::min<attn::index_t>(length, 128);
+  const index_t t1 = std::min<index_t>(length, 64), t2 = std::min<index_t>(length, 128);
   const std::optional<double> a1 = measure(t1), a2 = t2 > t1 ? measure(t2) : a1;
   if (!a1 || !a2) return e;  // no heap statistics here: parameters only
   double per_row = *a1;
@@ -213,4 +215,4 @@ MemoryEstimate training_memory(Model& model, attn::index_t length, attn::index_t
   return e;
 }
 
-}  // namespace examples
+}  // namespace attn::train
