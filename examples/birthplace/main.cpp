@@ -52,21 +52,12 @@ using attn::train::step_seed;
 
 constexpr const char* checkpoint_format = "attn.birthplace.v1";
 
-// ---- the attention variants ------------------------------------------------------------------
+// ---- the model -----------------------------------------------------------------------------
 
-const std::map<std::string, std::string> variant_help{
-    {"vanilla", "softmax(q.k / sqrt(d_h)), as minGPT's CausalSelfAttention"},
-    {"synthesizer", "dense synthesizer: softmax(ReLU(x A + b1) B + b2), no keys (ps5 part g)"},
-    {"euclidean", "softmax(-|q - k|^2), the Stolen Attention study's score"},
-};
-
-template <class F>
-int with_variant(const std::string& name, F&& f) {
-  if (name == "vanilla") return f.template operator()<examples::Standard>();
-  if (name == "synthesizer") return f.template operator()<examples::Synthesizer>();
-  if (name == "euclidean") return f.template operator()<examples::Euclidean>();
-  throw attn::value_error("birthplace: unknown variant '" + name + "'");
-}
+// Every --variant (a name of the examples' attention registry; "vanilla", the problem set's, is
+// "standard") is one model type, nn::GPT<AnyCausal>: training and evaluation compile once, the
+// attention modules once each.
+using Model = nn::GPT<examples::AnyCausal>;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -286,10 +277,8 @@ struct StageData {
 // ---- training (pretrain and finetune) --------------------------------------------------------
 
 // `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
-template <class Attn>
 int train(const Options& o, Stage stage, const io::Safetensors& source_file, const CLI::App& cli,
           attn::dist::DataParallel& dp) {
-  using Model = nn::GPT<Attn>;
   const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
   const auto t_start = std::chrono::steady_clock::now();
@@ -369,7 +358,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
 
   const std::string smaller = "use a smaller --batch or model, or --micro-batch";
   attn::train::check_memory(attn::train::parameters_estimate(config), "birthplace", smaller);
-  Model model(config);
+  Model model(config, examples::attention_factory(variant));
   if (!source.empty()) io::get_parameters(source_file, model, source);
   dp.broadcast_parameters(model);
   auto params = optim::parameters_of<float>(model);
@@ -444,7 +433,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     if (o.budget_minutes > 0) {
       // Time a few steps of a throwaway copy of the run, then fit the epochs to the budget; the
       // run itself is then exactly the run with that --epochs.
-      Model probe(config);
+      Model probe(config, examples::attention_factory(variant));
       auto probe_params = optim::parameters_of<float>(probe);
       optim::AdamW<float> probe_opt(probe_params, optim::AdamConfig{});
       attn::Tape<float> tape;
@@ -629,10 +618,9 @@ void report(const data::QAEvaluation& r, const data::QADataset& qa, const Option
   }
 }
 
-template <class Attn>
-int evaluate(const Options& o, const io::Safetensors& file) {
+int evaluate(const Options& o, const io::Safetensors& file, const std::string& variant) {
   attn::set_num_threads(o.threads);
-  nn::GPT<Attn> model(io::get_gpt_config(file, o.reading_params));
+  Model model(io::get_gpt_config(file, o.reading_params), examples::attention_factory(variant));
   io::get_parameters(file, model, o.reading_params);
   const auto tok =
       data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.reading_params));
@@ -657,7 +645,7 @@ int evaluate(const Options& o, const io::Safetensors& file) {
 
 void add_model_options(CLI::App* cmd, Options& o, std::string& choices) {
   cmd->add_option("--variant", o.variant, "attention variant:" + choices)
-      ->check(CLI::IsMember({"vanilla", "synthesizer", "euclidean"}));
+      ->check(CLI::IsMember(examples::attention_names(true)));
   cmd->add_option("--layers", o.layers, "transformer blocks (new models)")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--heads", o.heads, "attention heads; d_h = embd / heads (new models)")
@@ -749,7 +737,8 @@ int main(int argc, char** argv) {
       "at once.\nExit status: 0 done, 1 error, 2 bad option, 130 interrupted (saved).");
   Options o;
   std::string choices;
-  for (const auto& [name, help] : variant_help) choices += "\n  " + name + ": " + help;
+  for (const auto& [name, help] : examples::attention_help(true))
+    choices += "\n  " + name + ": " + help;
 
   CLI::App* pretrain =
       app.add_subcommand("pretrain", "pretrain on the corpus with span corruption");
@@ -794,16 +783,17 @@ int main(int argc, char** argv) {
       const Stage stage = *pretrain ? Stage::pretrain : Stage::finetune;
       ATTN_CHECK(!o.writing_params.empty() || !o.resume.empty(), attn::value_error, "birthplace ",
                  stage_name(stage), ": give --writing-params (or --resume)");
-      std::string variant = o.variant;
       const std::string& source = !o.resume.empty() ? o.resume : o.reading_params;
       io::Safetensors file;
       if (!source.empty()) {
         file = open_checkpoint(source);
-        variant = io::metadata_string(file, "variant", source);
+        // A variant this program knows, or a value_error before anything else is read.
+        examples::about(source, [&] {
+          return examples::attention_index(io::metadata_string(file, "variant", source));
+        });
       }
       CLI::App* cmd = *pretrain ? pretrain : finetune;
-      return with_variant(variant,
-                          [&]<class Attn>() { return train<Attn>(o, stage, file, *cmd, dp); });
+      return train(o, stage, file, *cmd, dp);
     }
     if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
     if (!o.outputs_path.empty()) {
@@ -821,7 +811,8 @@ int main(int argc, char** argv) {
       const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
       ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error,
                  "birthplace: ", o.reading_params, " holds a ", variant, " model, not ", o.variant);
-      return with_variant(variant, [&]<class Attn>() { return evaluate<Attn>(o, file); });
+      examples::about(o.reading_params, [&] { return examples::attention_index(variant); });
+      return evaluate(o, file, variant);
     }
     const data::CharTokenizer tok = new_vocabulary(o, examples::read_corpus(o.pretrain_corpus));
     const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), 1 << 20, o.eval_corpus);

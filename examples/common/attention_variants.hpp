@@ -9,9 +9,10 @@
 
 #include "attention_names.hpp"
 
-#include <map>
+#include <cstddef>
 #include <string>
-#include <vector>
+#include <tuple>
+#include <utility>
 
 namespace examples {
 
@@ -39,22 +40,26 @@ template <attn::index_t K>
 using Linformer =
     attn::approx::LinformerAttention<K, attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
 
-// Calls f.template operator()<Attn>() with the module type a name stands for.
+// The module type of each registry entry (attention_names.hpp), in the registry's order.
+using AttentionTypes = std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer,
+                                  Rotary, Alibi, Cosine, Bilinear, Additive, Linformer<32>>;
+static_assert(std::tuple_size_v<AttentionTypes> == std::size(attention_registry),
+              "every attention name needs its type, in the registry's order");
+
+namespace detail {
+template <std::size_t I, class F>
+decltype(auto) with_attention_at(std::size_t index, F&& f) {
+  if constexpr (I + 1 < std::tuple_size_v<AttentionTypes>)
+    if (index != I) return with_attention_at<I + 1>(index, std::forward<F>(f));
+  return f.template operator()<std::tuple_element_t<I, AttentionTypes>>();
+}
+}  // namespace detail
+
+// Calls f.template operator()<Attn>() with the module type a name (or an alias) stands for;
+// value_error for an unknown name.
 template <class F>
 decltype(auto) with_attention(const std::string& name, F&& f) {
-  if (name == "standard") return f.template operator()<Standard>();
-  if (name == "symmetric") return f.template operator()<Symmetric>();
-  if (name == "euclidean") return f.template operator()<Euclidean>();
-  if (name == "poly2") return f.template operator()<Poly2>();
-  if (name == "linear") return f.template operator()<Linear>();
-  if (name == "synthesizer") return f.template operator()<Synthesizer>();
-  if (name == "rotary") return f.template operator()<Rotary>();
-  if (name == "alibi") return f.template operator()<Alibi>();
-  if (name == "cosine") return f.template operator()<Cosine>();
-  if (name == "bilinear") return f.template operator()<Bilinear>();
-  if (name == "additive") return f.template operator()<Additive>();
-  if (name == "linformer32") return f.template operator()<Linformer<32>>();
-  throw attn::value_error("unknown attention '" + name + "'");
+  return detail::with_attention_at<0>(attention_index(name), std::forward<F>(f));
 }
 
 // Every variant behind one type: a trainer that builds nn::GPT<AnyCausal> compiles its model,

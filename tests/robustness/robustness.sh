@@ -163,6 +163,9 @@ expect 1 "guard/bp/ft.params is a finetune run; resume it with .birthplace finet
 expect 1 "--stop-at 2 is not after step 3" -- "$B" finetune "${rb[@]}" --stop-at 2
 expect 0 "is a finished pretrain run .*nothing to do, nothing changed" -- "$B" pretrain --resume guard/bp/pre.params --pretrain-corpus wiki.txt --threads 1
 expect 2 "--grad-clip: 0 is outside \(0, " -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b1 --grad-clip 0
+# --variant takes the examples' one attention registry (char_gpt's names, "vanilla" an alias).
+expect 2 "--variant: nope not in" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --variant nope
+expect 0 "pretrain: .* steps" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b3 --variant rotary --epochs 0.2
 expect 2 "--seed: '-1' is not a non-negative integer" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --seed -1
 expect 2 "--epochs: 'nan' is not a finite number" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b3 --epochs nan
 expect 2 "A subcommand is required" -- "$B"
