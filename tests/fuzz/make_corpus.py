@@ -8,7 +8,7 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "io"))
-from make_golden import TENSORS, METADATA, serialize  # noqa: E402
+from make_golden import TENSORS, METADATA, serialize, with_checksums  # noqa: E402
 
 
 def framed(header, buffer=b""):
@@ -33,6 +33,8 @@ def main():
             '"a":{"dtype":"I32","shape":[],"data_offsets":[0,4]}}', bytes(range(8))),
         # a checksum as save_safetensors writes it: zlib.crc32(b"\x00") = 0xd202ef8d
         "valid_checksum": serialize({"a": ("U8", [1], [0])}, {"crc32:a": "d202ef8d"}),
+        # both checksums as save_safetensors writes them (the header's covers the metadata)
+        "valid_header_checksum": serialize(TENSORS, with_checksums(TENSORS, METADATA)),
         # invalid, each near one rule
         "bad_overlap": framed(
             '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
@@ -47,6 +49,9 @@ def main():
         "bad_length": struct.pack("<Q", 1 << 40) + b"{}",
         "bad_truncated": serialize(TENSORS, METADATA)[:300],
         "bad_checksum": serialize({"a": ("U8", [1], [1])}, {"crc32:a": "d202ef8d"}),
+        # a metadata value changed after the header's checksum was taken
+        "bad_header_checksum": serialize(TENSORS, dict(with_checksums(TENSORS, METADATA),
+                                                       **{next(iter(METADATA)): "changed"})),
     }
     for name, blob in seeds.items():
         (out / name).write_bytes(blob)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # Writes tests/io/data/golden.safetensors by hand (struct + json), laid out exactly as the
-# reference writer (huggingface/safetensors, used by safetensors.torch.save_file) lays out a file.
+# reference writer (huggingface/safetensors, used by safetensors.torch.save_file) lays out a file,
+# and tests/io/data/checksummed.safetensors: the same content with the checksums attn's
+# save_safetensors adds (one per tensor, one of the header), computed here independently of attn.
 # Does not need torch or safetensors; when the safetensors package is installed it also checks
 # that the package reads the file back and re-serializes it to the same bytes.
 #
@@ -18,6 +20,7 @@ import json
 import pathlib
 import struct
 import sys
+import zlib
 
 # The reference implementation's Dtype enum order (increasing alignment).
 DTYPE_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
@@ -56,6 +59,32 @@ def serialize(tensors, metadata=None):
     return struct.pack("<Q", len(text)) + text + data
 
 
+def with_checksums(tensors, metadata):
+    """`metadata` plus the entries attn's save_safetensors adds: "crc32:<name>" = the CRC-32 of
+    each tensor's bytes, and "crc32:__metadata__" = the CRC-32 of every other metadata entry and
+    every tensor's name, dtype, shape and data offsets (keys and names in byte order, each field
+    followed by a zero byte, "@" between a shape and its offsets)."""
+    blob = serialize(tensors, metadata)
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    out = dict(metadata)
+    for name in tensors:
+        begin, end = header[name]["data_offsets"]
+        out["crc32:" + name] = "%08x" % zlib.crc32(data[begin:end])
+    text = b""
+    for key in sorted(out, key=lambda k: k.encode("utf-8")):
+        text += key.encode("utf-8") + b"\0" + out[key].encode("utf-8") + b"\0"
+    for name in sorted(tensors, key=lambda k: k.encode("utf-8")):
+        entry = header[name]
+        text += name.encode("utf-8") + b"\0" + entry["dtype"].encode() + b"\0"
+        for d in entry["shape"]:
+            text += str(d).encode() + b"\0"
+        text += b"@\0" + b"".join(str(o).encode() + b"\0" for o in entry["data_offsets"])
+    out["crc32:__metadata__"] = "%08x" % zlib.crc32(text)
+    return {k: out[k] for k in sorted(out, key=lambda k: k.encode("utf-8"))}  # as attn orders them
+
+
 def check_with_safetensors(blob):
     try:
         from safetensors.numpy import load, save
@@ -70,17 +99,20 @@ def check_with_safetensors(blob):
 
 
 def main():
-    path = pathlib.Path(__file__).resolve().parent / "data" / "golden.safetensors"
+    data = pathlib.Path(__file__).resolve().parent / "data"
     blob = serialize(TENSORS, METADATA)
-    if "--check" in sys.argv[1:]:
-        if path.read_bytes() != blob:
-            print("make_golden: %s differs from what this script writes" % path)
-            return 1
-        print("make_golden: %s is up to date" % path)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(blob)
-        print("make_golden: wrote %s (%d bytes)" % (path, len(blob)))
+    files = {data / "golden.safetensors": blob,
+             data / "checksummed.safetensors": serialize(TENSORS, with_checksums(TENSORS, METADATA))}
+    for path, content in files.items():
+        if "--check" in sys.argv[1:]:
+            if path.read_bytes() != content:
+                print("make_golden: %s differs from what this script writes" % path)
+                return 1
+            print("make_golden: %s is up to date" % path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            print("make_golden: wrote %s (%d bytes)" % (path, len(content)))
     check_with_safetensors(blob)
     return 0
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../test_util.hpp"
@@ -305,6 +306,44 @@ TEST_CASE("safetensors: save_safetensors stores a checksum per tensor; a flipped
   attn::io::write_file_atomically(p, bad);
   const std::string msg = message_of<attn::io_error>([&] { attn::io::load_safetensors(p); });
   CHECK(msg.rfind(p.string() + ": tensor \"w\" is corrupt: its data has CRC-32 ", 0) == 0);
+}
+
+TEST_CASE("safetensors: the header's checksum covers the metadata and every tensor's place") {
+  Safetensors file;
+  file.metadata["train.lr"] = "0.002";
+  file.metadata["vocab"] = "abc";
+  file.put("w", sample<float>(Shape{3, 4}, 1));
+  file.put("b", sample<float>(Shape{2, 6}, 2));
+  const std::vector<std::byte> bytes =
+      attn::io::serialize_safetensors(file, attn::io::Checksums::add);
+  const std::string text = attn::test::to_string(bytes);
+  CHECK(text.find("\"crc32:__metadata__\":\"") != std::string::npos);
+  const Safetensors back = attn::io::parse_safetensors(bytes, "model.safetensors");
+  CHECK(back.metadata == file.metadata);  // the checksum entries are taken out
+  // Same-length edits that leave the JSON well-formed: a setting, a vocabulary character, two
+  // tensors' shapes swapped.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"0.002\"", "\"0.009\""}, {"\"abc\"", "\"abd\""}, {"[3,4]", "[4,3]"}}) {
+    std::string edited = text;
+    const std::size_t at = edited.find(from);
+    REQUIRE(at != std::string::npos);
+    edited.replace(at, from.size(), to);
+    std::vector<std::byte> bad(edited.size());
+    std::memcpy(bad.data(), edited.data(), edited.size());
+    CHECK(message_of<attn::io_error>([&] {
+            attn::io::parse_safetensors(bad, "model.safetensors");
+          }).rfind("model.safetensors: the header is corrupt", 0) == 0);
+  }
+}
+
+TEST_CASE("safetensors: the checksums are the ones an independent writer computes") {
+  // tests/io/make_golden.py computes them with Python's zlib from the format's description.
+  const fs::path checksummed = golden_path.parent_path() / "checksummed.safetensors";
+  const Safetensors golden = attn::io::load_safetensors(golden_path);
+  const Safetensors back = attn::io::load_safetensors(checksummed);  // both checksums verified
+  CHECK(back.metadata == golden.metadata);
+  CHECK(attn::io::serialize_safetensors(golden, attn::io::Checksums::add) ==
+        attn::io::read_file(checksummed));
 }
 
 TEST_CASE("safetensors: files without checksums load; checksum entries must fit the file") {

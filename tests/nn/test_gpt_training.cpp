@@ -11,9 +11,11 @@
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -229,7 +231,71 @@ TEST_CASE("GPT checkpoint: save -> load gives identical logits; resume gives the
             io::get_parameters(file, narrow, "ckpt");
           }).find("tok_emb.weight") != std::string::npos);
   }
+  SUBCASE("a NaN weight is refused on load, by tensor") {
+    io::Safetensors bad = file;
+    Tensor<float> w = bad.get<float>("tok_emb.weight");
+    w[5] = std::nanf("");
+    bad.put("tok_emb.weight", w);
+    Model third(config);
+    CHECK(attn::test::message_of<attn::io_error>([&] { io::get_parameters(bad, third, "ckpt"); }) ==
+          "ckpt: tensor 'tok_emb.weight' holds nan at element 5: the checkpoint's weights "
+          "are not finite");
+  }
+  SUBCASE("a config out of bounds is refused before anything is allocated") {
+    for (const auto& [key, value, says] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"config.vocab_size", "2147483648",
+              "'config.vocab_size' = 2147483648 is outside [1, "},
+             {"config.d_model", "65537", "'config.d_model' = 65537 is outside [1, 65536]"},
+             {"config.heads", "1000", "'config.heads' = 1000 is outside [1, "},
+             {"config.layers", "0", "'config.layers' = 0 is outside [1, 4096]"}}) {
+      io::Safetensors bad = file;
+      bad.metadata[key] = value;
+      CAPTURE(key);
+      CHECK(attn::test::message_of<attn::io_error>([&] {
+              io::get_gpt_config(bad, "ckpt");
+            }).find(says) != std::string::npos);
+    }
+    io::Safetensors huge = file;
+    huge.metadata["config.vocab_size"] = "16777216";
+    huge.metadata["config.d_model"] = "65536";
+    huge.metadata["config.heads"] = "1";
+    CHECK(attn::test::message_of<attn::io_error>([&] {
+            io::get_gpt_config(huge, "ckpt");
+          }).find("more than 2^36 in all or 2^32 in one table") != std::string::npos);
+  }
   std::filesystem::remove(path);
+}
+
+TEST_CASE(
+    "optim::train_step: micro-batches give the step's loss; an all-ignored batch is refused") {
+  const auto tok = attn::data::CharTokenizer::from_corpus(text);
+  const std::vector<std::int32_t> ids = tok.encode(text);
+  Tensor<std::int32_t> x({4, 16}), y({4, 16});
+  for (index_t i = 0; i < 64; ++i) {
+    x[i] = ids[std::size_t(i)];
+    y[i] = i % 5 == 0 ? -100 : ids[std::size_t(i + 1)];  // some targets ignored
+  }
+  double losses[2] = {};
+  for (const index_t micro : {0, 1}) {
+    Model model(config_for(tok, 16, 0.0));
+    auto params = optim::parameters_of<float>(model);
+    optim::AdamW<float> opt(params, optim::AdamConfig{});
+    attn::Tape<float> tape;
+    losses[micro] =
+        optim::train_step(model, tape, opt, params, x, y, -100, 1e-3, 1.0, 3, micro).loss;
+  }
+  CHECK(losses[1] == doctest::Approx(losses[0]).epsilon(1e-5));  // 4 chunks of 1 row: the same mean
+
+  Model model(config_for(tok, 16, 0.0));
+  auto params = optim::parameters_of<float>(model);
+  optim::AdamW<float> opt(params, optim::AdamConfig{});
+  attn::Tape<float> tape;
+  y.fill(-100);
+  CHECK(attn::test::message_of<attn::value_error>(
+            [&] { optim::train_step(model, tape, opt, params, x, y, -100, 1e-3, 1.0, 3); }) ==
+        "train_step: every target of the batch is ignore_index (-100): there is nothing to "
+        "learn from it");
 }
 
 TEST_CASE("data-parallel shards in one process: the unsplit step's losses, to rounding") {

@@ -67,6 +67,18 @@ printf "\\$(printf %03o $((last ^ 1)))" | dd of=corrupt.safetensors bs=1 seek=$(
   conv=notrunc status=none
 perl -0777 -pe 's/"train\.seed":"1"/"train.seed":"a"/' "$ck" > seed_a.safetensors
 cmp -s "$ck" seed_a.safetensors && { echo "fixture: train.seed not found" >&2; exit 1; }
+# The same change in a file without the header's checksum (as older attn wrote them): the value
+# itself is then what is refused.
+python3 - seed_a.safetensors seed_a_old.safetensors <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+del header["__metadata__"]["crc32:__metadata__"]
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
 head -c 500 "$ck" > cut.safetensors
 
 # A run's lock file (.lock, *.lock) holds the pid of its last holder, which every case that
@@ -135,7 +147,8 @@ expect 1 "--stop-at 2 is not after step 4" -- "$G" "${r[@]}" --stop-at 2
 expect 1 "guard/c/checkpoint.safetensors was trained with --attention standard, not euclidean" -- "$G" "${r[@]}" --attention euclidean
 expect 0 "is a finished run \(step 4 of 4\): nothing to do, nothing changed" -- "$G" --resume guard/done/checkpoint.safetensors --data small.txt
 expect 1 "corrupt.safetensors: tensor \".*\" is corrupt: its data has CRC-32" -- "$G" --resume corrupt.safetensors --data small.txt
-expect 1 "seed_a.safetensors: metadata 'train.seed' = 'a' is not a non-negative integer" -- "$G" --resume seed_a.safetensors --data small.txt
+expect 1 "seed_a.safetensors: the header is corrupt \(a setting, the vocabulary or a tensor's place changed\)" -- "$G" --resume seed_a.safetensors --data small.txt
+expect 1 "seed_a_old.safetensors: metadata 'train.seed' = 'a' is not a non-negative integer" -- "$G" --resume seed_a_old.safetensors --data small.txt
 expect 1 "cut.safetensors: " -- "$G" --resume cut.safetensors --data small.txt
 expect 2 "--overwrite excludes --resume|--resume excludes --overwrite" -- "$G" "${r[@]}" --overwrite
 expect 1 "--init-from guard/c/checkpoint.safetensors is the checkpoint this run writes" -- "$G" "${tiny_gpt[@]}" --init-from guard/c/checkpoint.safetensors --out guard/c --overwrite

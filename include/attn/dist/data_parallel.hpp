@@ -97,7 +97,7 @@ class DataParallel {
                                dropout_seed, micro_batch);
     const ShardPlan plan(shards, ranks(), rank());
     const index_t rows = x.shape()[0];
-    const double n = double(std::max<index_t>(optim::counted_targets(y, ignore_index, 0, rows), 1));
+    const double n = optim::batch_targets(y, ignore_index);
     const std::vector<std::uint64_t> seeds = shard_seeds(dropout_seed, shards);
     prepare(params, plan.per_rank());
     for (index_t j = 0; j < plan.per_rank(); ++j) {

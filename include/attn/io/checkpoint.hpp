@@ -4,7 +4,9 @@
 // save_safetensors, so they are atomic.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <set>
@@ -25,8 +27,9 @@ void put_parameters(Safetensors& file, Module& module, std::string_view prefix =
 }
 
 // Fills every parameter of `module` from prefix + name. Each must be present with the parameter's
-// dtype and exact shape, and no other tensor under `prefix` may be left over (a checkpoint of a
-// different architecture fails here, naming the first tensor that does not fit).
+// dtype and exact shape, and finite (a NaN is an io_error naming the tensor), and no other tensor
+// under `prefix` may be left over (a checkpoint of a different architecture fails here, naming
+// the first tensor that does not fit).
 template <class Module>
 void get_parameters(const Safetensors& file, Module& module, std::string_view source,
                     std::string_view prefix = "") {
@@ -37,6 +40,11 @@ void get_parameters(const Safetensors& file, Module& module, std::string_view so
     ATTN_CHECK(file.contains(key), io_error, source, ": the checkpoint has no tensor '", key,
                "' (a model of another architecture?)");
     p.value = file.template get<T>(key, p.value.shape());
+    // A NaN or infinite weight would train into a NaN loss and be blamed on the learning rate.
+    const auto bad =
+        std::find_if(p.value.begin(), p.value.end(), [](T v) { return !std::isfinite(v); });
+    ATTN_CHECK(bad == p.value.end(), io_error, source, ": tensor '", key, "' holds ", *bad,
+               " at element ", bad - p.value.begin(), ": the checkpoint's weights are not finite");
     p.grad = Tensor<T>::zeros(p.value.shape());
     used.insert(key);
   });
@@ -149,27 +157,34 @@ inline nn::GPTConfig get_gpt_config(const Safetensors& file, std::string_view so
     ATTN_CHECK(v == 0 || v == 1, io_error, source, ": metadata '", key, "' must be 0 or 1");
     return v == 1;
   };
-  auto count = [&](const std::string& key, std::int64_t lo) {
+  auto count = [&](const std::string& key, std::int64_t lo, std::int64_t hi) {
     const std::int64_t v = metadata_int(file, key, source);
-    ATTN_CHECK(v >= lo && v <= (std::int64_t{1} << 31), io_error, source, ": metadata '", key,
-               "' = ", v, " is out of range");
+    ATTN_CHECK(v >= lo && v <= hi, io_error, source, ": metadata '", key, "' = ", v,
+               " is outside [", lo, ", ", hi, "]");
     return v;
   };
-  c.vocab_size = count("config.vocab_size", 1);
-  c.block_size = count("config.block_size", 1);
-  c.layers = count("config.layers", 1);
-  c.heads = count("config.heads", 1);
-  c.d_model = count("config.d_model", 1);
-  c.kv_heads = count("config.kv_heads", 0);
+  // Bounds far above any model this library trains, checked before anything is allocated: a
+  // damaged or hostile file cannot ask for a table of 2^31 x 2^31 weights.
+  c.vocab_size = count("config.vocab_size", 1, std::int64_t{1} << 24);
+  c.block_size = count("config.block_size", 1, std::int64_t{1} << 20);
+  c.layers = count("config.layers", 1, 4096);
+  c.d_model = count("config.d_model", 1, std::int64_t{1} << 16);
+  c.heads = count("config.heads", 1, c.d_model);
+  c.kv_heads = count("config.kv_heads", 0, c.heads);
+  const double d = double(c.d_model);
+  const double weights = double(c.layers) * (12 * d * d + 13 * d) +
+                         (2 * double(c.vocab_size) + double(c.block_size)) * d;
+  ATTN_CHECK(weights <= 0x1p36 && double(c.vocab_size) * d <= 0x1p32, io_error, source,
+             ": its config describes a model of about ", weights,
+             " weights (config.vocab_size x config.d_model = ", double(c.vocab_size) * d,
+             "), more than 2^36 in all or 2^32 in one table");
   c.dropout = metadata_double(file, "config.dropout", source);
   ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, io_error, source,
              ": metadata 'config.dropout' = ", c.dropout, " is outside [0, 1)");
   c.bias = flag("config.bias");
   c.pre_ln = flag("config.pre_ln");
   c.tie_weights = flag("config.tie_weights");
-  const std::int64_t pos = count("config.positions", 0), init = count("config.init", 0);
-  ATTN_CHECK(pos <= 2 && init <= 1, io_error, source, ": metadata config.positions (", pos,
-             ") or config.init (", init, ") is not a known value");
+  const std::int64_t pos = count("config.positions", 0, 2), init = count("config.init", 0, 1);
   c.positions = static_cast<nn::PositionEncoding>(pos);
   c.init = static_cast<nn::InitScheme>(init);
   c.seed = metadata_uint(file, "config.seed", source);

@@ -13,10 +13,13 @@
 //             gap, nothing after the last one.
 //
 // Checksums: save_safetensors adds, per tensor, the metadata entry "crc32:<name>" = the CRC-32 of
-// its stored bytes (the zlib/PNG CRC, Python's zlib.crc32) as 8 hex digits. The format allows
-// any string metadata, so other readers load such files unchanged; parse_safetensors verifies
-// every checksum present (a flipped bit in a tensor is an io_error naming the file and the
-// tensor) and takes these entries out of Safetensors::metadata. Files without them load as before.
+// its stored bytes (the zlib/PNG CRC, Python's zlib.crc32) as 8 hex digits, and one for the
+// header, "crc32:__metadata__" = the CRC-32 of every other metadata entry (the tensors'
+// checksums included) and every tensor's name, dtype, shape and offsets (detail::header_crc): so
+// the whole file is covered. The format allows any string metadata, so other readers load such
+// files unchanged; parse_safetensors verifies every checksum present (a flipped bit in a tensor
+// is an io_error naming the file and the tensor, a changed setting one naming the header) and
+// takes these entries out of Safetensors::metadata. Files without them load as before.
 #pragma once
 
 #include <algorithm>
@@ -312,6 +315,41 @@ inline std::string checksum_text(std::uint32_t crc) {
   return out;
 }
 
+// The metadata key of the header's checksum: "__metadata__" can name no tensor, so no tensor's
+// checksum has this key.
+inline constexpr std::string_view header_checksum_key = "crc32:__metadata__";
+
+// Where one tensor lies, for the header's checksum.
+struct TensorLayout {
+  std::string_view name, dtype;
+  const std::vector<std::int64_t>* shape;
+  std::uint64_t begin, end;
+};
+
+// The CRC-32 of what a header says, in a form that does not depend on how its JSON is spelled:
+// every metadata entry but the header checksum itself, in key order, then every tensor's name,
+// dtype, shape and data offsets, in name order; each field ends in a 0 byte, so that no two
+// headers give the same text. The tensors' own checksums are metadata entries, so with them the
+// header checksum covers the whole file.
+inline std::uint32_t header_crc(const std::map<std::string, std::string>& metadata,
+                                std::vector<TensorLayout> tensors) {
+  std::string text;
+  const auto field = [&](std::string_view f) { text.append(f).push_back('\0'); };
+  for (const auto& [k, v] : metadata)
+    if (k != header_checksum_key) field(k), field(v);
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorLayout& a, const TensorLayout& b) { return a.name < b.name; });
+  for (const TensorLayout& t : tensors) {
+    field(t.name);
+    field(t.dtype);
+    for (const std::int64_t d : *t.shape) field(std::to_string(d));
+    field("@");
+    field(std::to_string(t.begin));
+    field(std::to_string(t.end));
+  }
+  return crc32(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
 // One tensor entry of a header while it is being read.
 struct HeaderEntry {
   std::string name;
@@ -449,6 +487,23 @@ inline Safetensors parse_safetensors(std::span<const std::byte> bytes,
   detail::ParsedHeader parsed = detail::parse_header(
       std::string_view(header, static_cast<std::size_t>(n)), buffer.size(), source_name);
 
+  // The header's checksum (see the top of this file), when the file has one: a changed setting
+  // or vocabulary character is an io_error, not a silently different run.
+  if (const auto h = parsed.metadata.find(std::string(detail::header_checksum_key));
+      h != parsed.metadata.end()) {
+    std::vector<detail::TensorLayout> layout;
+    layout.reserve(parsed.entries.size());
+    for (const detail::HeaderEntry& e : parsed.entries)
+      layout.push_back({e.name, e.dtype->name, &e.shape, e.offsets[0], e.offsets[1]});
+    const std::string actual = detail::checksum_text(detail::header_crc(parsed.metadata, layout));
+    ATTN_CHECK(
+        h->second == actual, io_error, source_name,
+        ": the header is corrupt (a setting, the vocabulary or a tensor's place changed): it "
+        "has CRC-32 ",
+        actual, ", the file records ", detail::printable(h->second));
+    parsed.metadata.erase(h);
+  }
+
   Safetensors file;
   file.source = std::string(source_name);
   file.metadata = std::move(parsed.metadata);
@@ -529,19 +584,28 @@ inline std::vector<std::byte> serialize_safetensors(const Safetensors& file,
                "serialize_safetensors: metadata key ", detail::printable(k),
                " is reserved for the tensors' checksums (prefix \"crc32:\")");
   }
+  // std::map already orders by name (byte-wise, as Rust compares strings); a stable sort by
+  // decreasing alignment keeps that order within each dtype.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.dtype->order > b.dtype->order; });
   std::map<std::string, std::string> with_checksums;
   if (checksums == Checksums::add) {
     with_checksums = file.metadata;
     for (const auto& [name, d] : file.tensors)
       with_checksums[std::string(detail::checksum_prefix) + name] =
           detail::checksum_text(detail::crc32(d.bytes));
+    std::vector<detail::TensorLayout> layout;
+    layout.reserve(items.size());
+    std::uint64_t at = 0;
+    for (const Item& it : items) {
+      layout.push_back({*it.name, it.dtype->name, &it.data->shape, at, at + it.data->bytes.size()});
+      at += it.data->bytes.size();
+    }
+    with_checksums[std::string(detail::header_checksum_key)] =
+        detail::checksum_text(detail::header_crc(with_checksums, layout));
   }
   const std::map<std::string, std::string>& metadata =
       checksums == Checksums::add ? with_checksums : file.metadata;
-  // std::map already orders by name (byte-wise, as Rust compares strings); a stable sort by
-  // decreasing alignment keeps that order within each dtype.
-  std::stable_sort(items.begin(), items.end(),
-                   [](const Item& a, const Item& b) { return a.dtype->order > b.dtype->order; });
 
   std::string header = "{";
   if (!metadata.empty()) {

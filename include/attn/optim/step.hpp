@@ -36,6 +36,16 @@ inline index_t counted_targets(const Tensor<std::int32_t>& y, std::int32_t ignor
                                [&](std::int32_t v) { return v != ignore_index; }));
 }
 
+// The counted targets of the whole batch y [N, T]: value_error when there are none. A batch whose
+// every target is ignore_index teaches nothing, and its loss of 0 (cross_entropy's choice) would
+// hide a bug in the data.
+inline double batch_targets(const Tensor<std::int32_t>& y, std::int32_t ignore_index) {
+  const index_t n = counted_targets(y, ignore_index, 0, y.shape()[0]);
+  ATTN_CHECK(n > 0, value_error, "train_step: every target of the batch is ignore_index (",
+             ignore_index, "): there is nothing to learn from it");
+  return double(n);
+}
+
 // The backward pass of rows [begin, end) of x, y [N, T] into the parameters' gradients (added to
 // what they hold); returns the loss it differentiated. `model(tape, x)` gives logits [n, T, V] and
 // `model.reseed(seed)` restarts its dropout streams.
@@ -101,7 +111,7 @@ StepResult apply_step(Optimizer& opt, const std::vector<NamedParameter<float>>& 
 // Dropout streams from `dropout_seed`, the mean cross-entropy of model(x) against y (targets equal
 // to ignore_index do not count), backward (in chunks of micro_batch rows when micro_batch > 0, see
 // backward_rows), gradient clipping to grad_clip, one optimizer step at `lr`. Throws value_error
-// when the loss is not finite.
+// when every target is ignore_index (batch_targets) and when the loss is not finite.
 template <class Model, class Optimizer>
 StepResult train_step(Model& model, Tape<float>& tape, Optimizer& opt,
                       const std::vector<NamedParameter<float>>& params,
@@ -109,7 +119,7 @@ StepResult train_step(Model& model, Tape<float>& tape, Optimizer& opt,
                       std::int32_t ignore_index, double lr, double grad_clip,
                       std::uint64_t dropout_seed, index_t micro_batch = 0) {
   const index_t rows = x.shape()[0];
-  const double n = double(std::max<index_t>(counted_targets(y, ignore_index, 0, rows), 1));
+  const double n = batch_targets(y, ignore_index);
   const double loss =
       backward_rows(model, tape, x, y, ignore_index, 0, rows, n, dropout_seed, micro_batch);
   return apply_step(opt, params, loss, lr, grad_clip);
