@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -242,19 +241,21 @@ TEST_CASE("GPT checkpoint: save -> load gives identical logits; resume gives the
           "are not finite");
   }
   SUBCASE("a config out of bounds is refused before anything is allocated") {
-    for (const auto& [key, value, says] :
-         std::vector<std::tuple<std::string, std::string, std::string>>{
-             {"config.vocab_size", "2147483648",
-              "'config.vocab_size' = 2147483648 is outside [1, "},
-             {"config.d_model", "65537", "'config.d_model' = 65537 is outside [1, 65536]"},
-             {"config.heads", "1000", "'config.heads' = 1000 is outside [1, "},
-             {"config.layers", "0", "'config.layers' = 0 is outside [1, 4096]"}}) {
+    struct Case {
+      const char *key, *value, *says;
+    };
+    for (const Case& c :
+         {Case{"config.vocab_size", "2147483648",
+               "'config.vocab_size' = 2147483648 is outside [1, "},
+          Case{"config.d_model", "65537", "'config.d_model' = 65537 is outside [1, 65536]"},
+          Case{"config.heads", "1000", "'config.heads' = 1000 is outside [1, "},
+          Case{"config.layers", "0", "'config.layers' = 0 is outside [1, 4096]"}}) {
       io::Safetensors bad = file;
-      bad.metadata[key] = value;
-      CAPTURE(key);
+      bad.metadata[c.key] = c.value;
+      CAPTURE(c.key);
       CHECK(attn::test::message_of<attn::io_error>([&] {
               io::get_gpt_config(bad, "ckpt");
-            }).find(says) != std::string::npos);
+            }).find(c.says) != std::string::npos);
     }
     io::Safetensors huge = file;
     huge.metadata["config.vocab_size"] = "16777216";
