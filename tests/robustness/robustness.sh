@@ -79,6 +79,20 @@ text = json.dumps(header, separators=(",", ":")).encode()
 text += b" " * ((8 - len(text) % 8) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
 PY
+# A config of 2^31 x 2^31 weights, its checksums valid (the header's left out, as older attn
+# wrote files): refused by the config's bounds before anything is allocated, not a crash.
+python3 - "$ck" huge_config.safetensors <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+meta = header["__metadata__"]
+del meta["crc32:__metadata__"]
+meta["config.vocab_size"] = meta["config.d_model"] = "2147483648"
+text = json.dumps(header, separators=(",", ":")).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
 head -c 500 "$ck" > cut.safetensors
 
 # A run's lock file (.lock, *.lock) holds the pid of its last holder, which every case that
@@ -149,6 +163,7 @@ expect 0 "is a finished run \(step 4 of 4\): nothing to do, nothing changed" -- 
 expect 1 "corrupt.safetensors: tensor \".*\" is corrupt: its data has CRC-32" -- "$G" --resume corrupt.safetensors --data small.txt
 expect 1 "seed_a.safetensors: the header is corrupt \(a setting, the vocabulary or a tensor's place changed\)" -- "$G" --resume seed_a.safetensors --data small.txt
 expect 1 "seed_a_old.safetensors: metadata 'train.seed' = 'a' is not a non-negative integer" -- "$G" --resume seed_a_old.safetensors --data small.txt
+expect 1 "huge_config.safetensors: metadata 'config.vocab_size' = 2147483648 is outside \[1, 16777216\]" -- "$G" sample huge_config.safetensors
 expect 1 "cut.safetensors: " -- "$G" --resume cut.safetensors --data small.txt
 expect 2 "--overwrite excludes --resume|--resume excludes --overwrite" -- "$G" "${r[@]}" --overwrite
 expect 1 "--init-from guard/c/checkpoint.safetensors is the checkpoint this run writes" -- "$G" "${tiny_gpt[@]}" --init-from guard/c/checkpoint.safetensors --out guard/c --overwrite
