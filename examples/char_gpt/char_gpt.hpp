@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -142,9 +141,8 @@ class Job {
 
   // Trains (or resumes) a run: `settings` is declare_train_settings' table over `options`, the
   // options given on the command line marked given; a resumed run takes its saved settings into
-  // `options` through it. `given` holds the long names ("--out") of every option given.
-  int train(TrainOptions& options, attn::train::Settings& settings,
-            const std::set<std::string>& given);
+  // `options` through it.
+  int train(TrainOptions& options, attn::train::Settings& settings);
   // Samples from a checkpoint (on rank 0; the other ranks return 0).
   int sample(const SampleOptions& options);
   // main's exit status, after ending the MPI job (see attn::dist::DataParallel::finish).

@@ -7,24 +7,10 @@
 // This file is the command line; train.cpp trains and samples (char_gpt.hpp is between them).
 #include <CLI/CLI.hpp>
 
-#include <set>
 #include <string>
 
 #include "../common/cli.hpp"
 #include "char_gpt.hpp"
-
-namespace {
-
-// The long names of the options given on `app`'s command line ("--out", ...).
-std::set<std::string> given_options(const CLI::App& app) {
-  std::set<std::string> given;
-  for (const CLI::Option* option : app.get_options())
-    if (option->count() > 0)
-      for (const std::string& name : option->get_lnames()) given.insert("--" + name);
-  return given;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   char_gpt::Job job(argc, argv);  // the MPI job, when run under mpirun
@@ -69,6 +55,6 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("--min-lr " + examples::shortest(t.min_lr) + " is above --lr " +
                                  examples::shortest(t.lr) +
                                  ": the cosine falls from --lr to --min-lr");
-    return job.train(t, settings, given_options(app));
+    return job.train(t, settings);
   }));
 }

@@ -16,14 +16,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../common/attention_variants.hpp"
@@ -132,8 +133,17 @@ std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
 // the training and sampling code below is compiled once.
 using Model = nn::GPT<examples::AnyCausal>;
 
-int train(TrainOptions& o, attn::train::Settings& settings, const std::set<std::string>& given,
-          attn::dist::DataParallel& dp) {
+// The options given on the command line, as check_resume_conflicts asks for them
+// (count("--layers")): the table marks each setting it was given.
+struct GivenOptions {
+  const attn::train::Settings& settings;
+  std::size_t count(const std::string& option) const {
+    return settings.given(std::string_view(option).substr(2)) ? 1 : 0;
+  }
+};
+
+int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataParallel& dp) {
+  const GivenOptions given{settings};
   if (o.eval_every > o.steps) o.eval_every = o.steps;
   // Continuing a checkpoint: its attention variant unless --attention says otherwise (then the
   // mismatch is refused below).
@@ -474,9 +484,8 @@ namespace char_gpt {
 Job::Job(int& argc, char**& argv) : dp_(examples::join_job(argc, argv)) {}
 Job::~Job() = default;
 
-int Job::train(TrainOptions& options, attn::train::Settings& settings,
-               const std::set<std::string>& given) {
-  return ::train(options, settings, given, *dp_);
+int Job::train(TrainOptions& options, attn::train::Settings& settings) {
+  return ::train(options, settings, *dp_);
 }
 
 int Job::sample(const SampleOptions& options) {
