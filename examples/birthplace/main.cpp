@@ -776,48 +776,53 @@ int main(int argc, char** argv) {
     cmd->add_option("--outputs-path", o.outputs_path, "write the predictions here, one per line");
   }
 
-  return dp.finish(examples::run_main(app, argc, argv, [&] {
-    for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
-      if (*cmd) o.variant_given = cmd->count("--variant") > 0;
-    if (*pretrain || *finetune) {
-      const Stage stage = *pretrain ? Stage::pretrain : Stage::finetune;
-      ATTN_CHECK(!o.writing_params.empty() || !o.resume.empty(), attn::value_error, "birthplace ",
-                 stage_name(stage), ": give --writing-params (or --resume)");
-      const std::string& source = !o.resume.empty() ? o.resume : o.reading_params;
-      io::Safetensors file;
-      if (!source.empty()) {
-        file = open_checkpoint(source);
-        // A variant this program knows, or a value_error before anything else is read.
-        examples::about(source, [&] {
-          return examples::attention_index(io::metadata_string(file, "variant", source));
-        });
-      }
-      CLI::App* cmd = *pretrain ? pretrain : finetune;
-      return train(o, stage, file, *cmd, dp);
-    }
-    if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
-    if (!o.outputs_path.empty()) {
-      attn::train::check_output_file(o.outputs_path, "--outputs-path", false);
-      // london reads the pretraining and vocabulary corpora; evaluate the checkpoint.
-      attn::train::check_not_an_input(
-          o.outputs_path, "--outputs-path",
-          {{o.eval_corpus, "--eval-corpus"},
-           {*evaluate_cmd ? o.reading_params : o.pretrain_corpus,
-            *evaluate_cmd ? "--reading-params" : "--pretrain-corpus"},
-           {*evaluate_cmd ? std::string() : o.vocabulary_corpus, "--vocabulary-corpus"}});
-    }
-    if (*evaluate_cmd) {
-      const io::Safetensors file = open_checkpoint(o.reading_params);
-      const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
-      ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error,
-                 "birthplace: ", o.reading_params, " holds a ", variant, " model, not ", o.variant);
-      examples::about(o.reading_params, [&] { return examples::attention_index(variant); });
-      return evaluate(o, file, variant);
-    }
-    const data::CharTokenizer tok = new_vocabulary(o, examples::read_corpus(o.pretrain_corpus));
-    const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), 1 << 20, o.eval_corpus);
-    std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
-    report(data::evaluate_constant(qa, "London"), qa, o);
-    return 0;
-  }));
+  const int status = examples::run_main(
+      app, argc, argv,
+      [&] {
+        for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
+          if (*cmd) o.variant_given = cmd->count("--variant") > 0;
+        if (*pretrain || *finetune) {
+          const Stage stage = *pretrain ? Stage::pretrain : Stage::finetune;
+          ATTN_CHECK(!o.writing_params.empty() || !o.resume.empty(), attn::value_error,
+                     "birthplace ", stage_name(stage), ": give --writing-params (or --resume)");
+          const std::string& source = !o.resume.empty() ? o.resume : o.reading_params;
+          io::Safetensors file;
+          if (!source.empty()) {
+            file = open_checkpoint(source);
+            // A variant this program knows, or a value_error before anything else is read.
+            examples::about(source, [&] {
+              return examples::attention_index(io::metadata_string(file, "variant", source));
+            });
+          }
+          CLI::App* cmd = *pretrain ? pretrain : finetune;
+          return train(o, stage, file, *cmd, dp);
+        }
+        if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
+        if (!o.outputs_path.empty()) {
+          attn::train::check_output_file(o.outputs_path, "--outputs-path", false);
+          // london reads the pretraining and vocabulary corpora; evaluate the checkpoint.
+          attn::train::check_not_an_input(
+              o.outputs_path, "--outputs-path",
+              {{o.eval_corpus, "--eval-corpus"},
+               {*evaluate_cmd ? o.reading_params : o.pretrain_corpus,
+                *evaluate_cmd ? "--reading-params" : "--pretrain-corpus"},
+               {*evaluate_cmd ? std::string() : o.vocabulary_corpus, "--vocabulary-corpus"}});
+        }
+        if (*evaluate_cmd) {
+          const io::Safetensors file = open_checkpoint(o.reading_params);
+          const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
+          ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error,
+                     "birthplace: ", o.reading_params, " holds a ", variant, " model, not ",
+                     o.variant);
+          examples::about(o.reading_params, [&] { return examples::attention_index(variant); });
+          return evaluate(o, file, variant);
+        }
+        const data::CharTokenizer tok = new_vocabulary(o, examples::read_corpus(o.pretrain_corpus));
+        const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), 1 << 20, o.eval_corpus);
+        std::printf("always \"London\" on %s\n", o.eval_corpus.c_str());
+        report(data::evaluate_constant(qa, "London"), qa, o);
+        return 0;
+      },
+      !dp.leader());  // the other ranks read the same command line: rank 0 reports it
+  return dp.finish(status, status == examples::exit_usage);
 }

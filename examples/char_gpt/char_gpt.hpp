@@ -145,8 +145,11 @@ class Job {
   int train(TrainOptions& options, attn::train::Settings& settings);
   // Samples from a checkpoint (on rank 0; the other ranks return 0).
   int sample(const SampleOptions& options);
-  // main's exit status, after ending the MPI job (see attn::dist::DataParallel::finish).
-  int finish(int status);
+  // Rank 0 of the MPI job (or the only process): the one that prints and writes files.
+  bool leader() const;
+  // main's exit status, after ending the MPI job (see attn::dist::DataParallel::finish; `alike`:
+  // every rank failed the same way before training, on a bad command line).
+  int finish(int status, bool alike = false);
 
  private:
   std::unique_ptr<attn::dist::DataParallel> dp_;

@@ -47,14 +47,18 @@ int main(int argc, char** argv) {
   sample_cmd->add_flag("--no-cache", s.no_cache, "recompute the context for every token");
   sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
 
-  return job.finish(examples::run_main(app, argc, argv, [&] {
-    if (*sample_cmd) return job.sample(s);
-    // Option combinations, checked like single options (exit status 2) before any work. A resumed
-    // run checks its saved settings instead, which were checked when it started.
-    if (t.resume.empty() && t.min_lr > t.lr)
-      throw CLI::ValidationError("--min-lr " + examples::shortest(t.min_lr) + " is above --lr " +
-                                 examples::shortest(t.lr) +
-                                 ": the cosine falls from --lr to --min-lr");
-    return job.train(t, settings);
-  }));
+  const int status = examples::run_main(
+      app, argc, argv,
+      [&] {
+        if (*sample_cmd) return job.sample(s);
+        // Option combinations, checked like single options (exit status 2) before any work. A
+        // resumed run checks its saved settings instead, which were checked when it started.
+        if (t.resume.empty() && t.min_lr > t.lr)
+          throw CLI::ValidationError("--min-lr " + examples::shortest(t.min_lr) +
+                                     " is above --lr " + examples::shortest(t.lr) +
+                                     ": the cosine falls from --lr to --min-lr");
+        return job.train(t, settings);
+      },
+      !job.leader());  // the other ranks read the same command line: rank 0 reports it
+  return job.finish(status, status == examples::exit_usage);
 }

@@ -493,8 +493,12 @@ int Job::sample(const SampleOptions& options) {
   return ::sample(options, open_checkpoint(options.checkpoint));
 }
 
-int Job::finish(int status) {
-  return dp_->finish(status);
+bool Job::leader() const {
+  return dp_->leader();
+}
+
+int Job::finish(int status, bool alike) {
+  return dp_->finish(status, alike);
 }
 
 }  // namespace char_gpt

@@ -109,11 +109,11 @@ inline std::string type_name(const std::type_info& t) {
 // anything (a CLI::ParseError, an option combination checked after parsing: exit_usage). No
 // example program ends with an uncaught exception (abort, core dump, exit status 134).
 template <class Body>
-int guarded(Body&& body) {
+int guarded(Body&& body, bool quiet_usage = false) {
   try {
     return body();
   } catch (const CLI::ParseError& e) {  // an option combination checked after parsing
-    print_error(std::string(e.what()) + " (see --help)");
+    if (!quiet_usage) print_error(std::string(e.what()) + " (see --help)");
     return exit_usage;
   } catch (const std::bad_alloc&) {
     print_error("out of memory (std::bad_alloc): use a smaller model, batch or block");
@@ -130,17 +130,19 @@ int guarded(Body&& body) {
 }
 
 // Parses the command line into `app`'s options, then returns guarded(body). A bad option prints
-// one line and returns exit_usage (--help prints the help and returns 0).
+// one line and returns exit_usage (--help prints the help and returns 0). With `quiet_usage` (the
+// ranks of a data-parallel job other than rank 0, which read the same command line) a bad option
+// or --help prints nothing, so that the job prints it once.
 template <class Body>
-int run_main(CLI::App& app, int argc, char** argv, Body&& body) {
+int run_main(CLI::App& app, int argc, char** argv, Body&& body, bool quiet_usage = false) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    print_error(std::string(e.what()) + " (see --help)");
+    if (e.get_exit_code() == 0) return quiet_usage ? 0 : app.exit(e);  // --help, --version
+    if (!quiet_usage) print_error(std::string(e.what()) + " (see --help)");
     return exit_usage;
   }
-  return guarded(body);
+  return guarded(body, quiet_usage);
 }
 
 }  // namespace examples

@@ -7,7 +7,9 @@
 #   2. a 2-rank run stopped at step 10 and resumed in one process ends bit for bit as (1);
 #   3. a rank killed (SIGKILL) mid-run ends the job within 20 s; the last checkpoint loads;
 #   4. a rank stopped (SIGSTOP) makes rank 0 give up after ATTN_DIST_TIMEOUT = 3 s, naming the
-#      timeout; the job ends within 20 s; the last checkpoint loads and resumes.
+#      timeout; the job ends within 20 s; the last checkpoint loads and resumes;
+#   5. Ctrl-C reaching rank 1 only: every rank stops after the same step, saved, exit 130;
+#   6. a bad option: one error line (rank 0's), exit 2, no MPI_Abort.
 # Does not start anything but char_gpt (directly and through MPIRUN), all inside WORK.
 set -euo pipefail
 char_gpt=$1 data=$2 work=$3
@@ -140,5 +142,16 @@ last_logged=$(tail -1 interrupted/log.csv | cut -d, -f1)
   fail "interrupted: the checkpoint holds step '$step', the log ends at '$last_logged'"
 grep -q "stopped at step $step of" interrupted.txt || fail "interrupted: rank 0 did not say where"
 echo "interrupted: exit 130 at step $step, saved and logged"
+
+echo "== 6. a bad option under mpirun: rank 0's one line, exit 2, no MPI_Abort"
+set +e
+"${mpirun[@]}" -np 2 "$char_gpt" --layers 0 --data "$data" >bad_option.txt 2>&1
+status=$?
+set -e
+((status == 2)) || fail "bad option: exit status $status, not 2: $(cat bad_option.txt)"
+(($(grep -c "^error: --layers: 0 is outside" bad_option.txt) == 1)) ||
+  fail "bad option: not exactly one error line: $(cat bad_option.txt)"
+! grep -q "MPI_ABORT" bad_option.txt || fail "bad option: the job was aborted: $(cat bad_option.txt)"
+echo "bad option: one line, exit 2"
 
 echo "char_gpt.sh: passed"

@@ -149,15 +149,21 @@ class DataParallel {
 
   // main's exit status: after a failure on this rank (status 1 to 127) with other ranks running,
   // ends them all (MPI_Abort: they may be waiting for this rank); otherwise finalises MPI. A
-  // status of 128 + a signal is a stop every rank agreed on (see any), not a failure.
-  int finish(int status) {
+  // status of 128 + a signal is a stop every rank agreed on (see any), not a failure. `alike`:
+  // every rank ends with this status for the same reason before any collective (a bad command
+  // line, which they all read), so none waits for another and none is aborted: MPI_Abort's
+  // banner would bury the one line of the error.
+  int finish(int status, bool alike = false) {
 #ifdef ATTN_WITH_MPI
-    if (world_ && status != 0 && status < 128 && world_->size() > 1) world_->abort(status);
+    if (world_ && status != 0 && status < 128 && !alike && world_->size() > 1)
+      world_->abort(status);
     // An agreed stop: no rank leaves before rank 0 has written its files (mpirun may end the
     // others once one exits with a non-zero status).
     if (world_ && status >= 128 && world_->size() > 1) (void)dist::any(*world_, false);
     reducer_.reset();
     world_.reset();
+#else
+    (void)alike;
 #endif
     return status;
   }
