@@ -37,16 +37,20 @@ inline constexpr AttentionName attention_registry[] = {
     {"linformer32", "Linformer: keys and values projected along time to 32 rows (causal)"},
 };
 
-// Other names of registry entries: {alias, name}.
-inline constexpr AttentionName attention_aliases[] = {
+// Another name of a registry entry.
+struct AttentionAlias {
+  const char* alias;
+  const char* name;
+};
+inline constexpr AttentionAlias attention_aliases[] = {
     {"vanilla", "standard"},  // the birth-place problem set's name (minGPT's CausalSelfAttention)
 };
 
 // The registry position of `name` or of the variant it is an alias of; value_error when it is
 // neither.
 inline std::size_t attention_index(std::string_view name) {
-  for (const AttentionName& a : attention_aliases)
-    if (name == a.name) name = a.help;
+  for (const AttentionAlias& a : attention_aliases)
+    if (name == a.alias) name = a.name;
   for (std::size_t i = 0; i < std::size(attention_registry); ++i)
     if (name == attention_registry[i].name) return i;
   throw attn::value_error("unknown attention '" + std::string(name) + "'");
@@ -58,8 +62,8 @@ inline std::map<std::string, std::string> attention_help(bool aliases = false) {
   std::map<std::string, std::string> help;
   for (const AttentionName& a : attention_registry) help.emplace(a.name, a.help);
   if (aliases)
-    for (const AttentionName& a : attention_aliases)
-      help.emplace(a.name, std::string("the same as ") + a.help);
+    for (const AttentionAlias& a : attention_aliases)
+      help.emplace(a.alias, std::string("the same as ") + a.name);
   return help;
 }
 
