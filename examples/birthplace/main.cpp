@@ -15,6 +15,7 @@
 #include <attn/train/plot.hpp>
 #include <attn/train/progress.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/settings.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../common/attention_variants.hpp"
@@ -33,7 +36,6 @@
 #include "../common/cli.hpp"
 #include "../common/distributed.hpp"
 #include "../common/model_config.hpp"
-#include "../common/resume_settings.hpp"
 
 namespace {
 
@@ -69,7 +71,6 @@ const char* stage_name(Stage s) {
 struct Options {
   // The model of a new run (a checkpoint brings its own).
   std::string variant = "vanilla";
-  bool variant_given = false;
   index_t layers = 4, heads = 8, embd = 256, block = 128;
   double dropout = 0.1;
   // Data.
@@ -80,40 +81,163 @@ struct Options {
   std::string outputs_path;
   // Files.
   std::string reading_params, writing_params, resume;
-  // The run; 0 means the stage's default (the problem set's hyper-parameters).
-  double epochs = 0, budget_minutes = 0, lr = 0;
+  // The run, with the problem set's hyper-parameters for pretraining (stage_options: finetuning).
+  double epochs = 650, budget_minutes = 0, lr = 6e-3;
   std::string schedule = "mingpt";
-  index_t batch = 0, micro_batch = 0, shards = 0;
+  index_t batch = 128, micro_batch = 0, shards = 0;
   std::int64_t warmup_tokens = 512 * 20;
   double grad_clip = 1.0, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
   std::uint64_t seed = 1;
   int threads = 2;
-  std::int64_t stop_at = 0, save_every = 0;
+  std::int64_t stop_at = 0, save_every = 0;  // save_every 0: every epoch
   bool overwrite = false;
 };
 
-// The settings that fix a run's trajectory, saved in every checkpoint so that --resume continues
-// the same run.
-struct Run {
-  Stage stage = Stage::pretrain;
-  double epochs = 0, lr = 0, grad_clip = 0, weight_decay = 0, beta1 = 0, beta2 = 0;
-  index_t batch = 0, micro_batch = 0, shards = 1, examples = 0, block = 0;
-  std::int64_t warmup_tokens = 0, final_tokens = 0, save_every = 0;
-  std::uint64_t seed = 0;
+// The problem set's epochs: pretraining 650, finetuning 75 from scratch or 10 from pretrained
+// weights. minGPT's cosine is laid out for them (and scales with other --epochs).
+double default_epochs(Stage stage, bool pretrained) {
+  return stage == Stage::pretrain ? 650 : pretrained ? 10 : 75;
+}
 
-  std::int64_t steps_per_epoch() const { return (examples + batch - 1) / batch; }
+// A stage's options at the problem set's values (its run.py: pretrain lr 6e-3, batch 128;
+// finetune lr 6e-4, batch 256).
+Options stage_options(Stage stage) {
+  Options o;
+  if (stage == Stage::finetune) o.epochs = default_epochs(stage, false), o.batch = 256, o.lr = 6e-4;
+  return o;
+}
+
+// ---- the settings tables: each option declared once ------------------------------------------
+
+using attn::train::may_change;
+using attn::train::not_saved;
+using attn::train::Settings;
+
+// The model of a new run. A checkpoint brings its own, saved in its config.* (and its variant),
+// so these rows are not saved with the run's settings: a run from a checkpoint compares them with
+// it (Settings::check_given).
+void declare_model(Settings& s, Options& o) {
+  std::string choices;
+  for (const auto& [name, help] : examples::attention_help(true))
+    choices += "\n  " + name + ": " + help;
+  s.text("variant", o.variant, "attention variant:" + choices)
+      .choices(examples::attention_names(true))
+      .on_resume(not_saved);
+  s.integer("layers", o.layers, "transformer blocks (new models)")
+      .range(1, 64)
+      .on_resume(not_saved);
+  s.integer("heads", o.heads, "attention heads; d_h = embd / heads (new models)")
+      .range(1, 256)
+      .on_resume(not_saved);
+  s.integer("embd", o.embd, "model width (new models)").range(1, 8192).on_resume(not_saved);
+  s.integer("block", o.block, "context length (new models)").range(8, 8192).on_resume(not_saved);
+  s.real("dropout", o.dropout, "dropout of embeddings, residuals, attention")
+      .range(0, 0.95)
+      .on_resume(not_saved);
+}
+
+void declare_vocabulary(Settings& s, Options& o) {
+  s.text("vocabulary-corpus", o.vocabulary_corpus,
+         "text whose characters are a new model's vocabulary (default: the pretraining corpus; a "
+         "subset of the people takes the full wiki.txt)")
+      .on_resume(not_saved);
+}
+
+// pretrain's and finetune's settings. The run's rows are saved in every checkpoint (train.<name>)
+// and kept by --resume, which names both values of any option that contradicts them.
+void declare_stage(Settings& s, Options& o, Stage stage) {
+  declare_model(s, o);
+  s.text("pretrain-corpus", o.pretrain_corpus,
+         "pretraining text, one document per line (defines the vocabulary)")
+      .on_resume(not_saved);
+  declare_vocabulary(s, o);
+  if (stage == Stage::finetune) {
+    s.text("finetune-corpus", o.finetune_corpus, "TSV: question<TAB>place").on_resume(not_saved);
+    s.text("reading-params", o.reading_params, "pretrained checkpoint to start from")
+        .on_resume(not_saved);
+  }
+  s.text("writing-params", o.writing_params,
+         "checkpoint to write (its log goes to <file>.log.csv, its plot to <file>.loss.svg); "
+         "refused where a run's files exist, unless --overwrite")
+      .on_resume(not_saved);
+  s.flag("overwrite", o.overwrite,
+         "start a new run even where --writing-params (or its log) exists, replacing it")
+      .on_resume(not_saved);
+  s.text("resume", o.resume,
+         "continue the interrupted run saved in this checkpoint, with its settings")
+      .on_resume(not_saved);
+  s.real("epochs", o.epochs,
+         std::string("passes over the data (the problem set's") +
+             (stage == Stage::finetune ? "; 10 with --reading-params" : "") +
+             "); the cosine schedule scales with it")
+      .range(0, 1e6, true);
+  s.real("budget-minutes", o.budget_minutes,
+         "choose --epochs so that training takes about this long (timed on 3 steps; 0: off)")
+      .range(0, 1e6)
+      .on_resume(not_saved);
+  s.integer("batch", o.batch, "sequences per step").range(1, 65536);
+  s.integer("micro-batch", o.micro_batch,
+            "run each step's sequences this many at a time (gradient accumulation: the same step "
+            "in less memory; 0 = all at once)")
+      .range(0, 65536);
+  s.integer("shards", o.shards,
+            "data-parallel shards of every batch, summed in a fixed order (0: one per MPI rank); "
+            "any rank count that divides it gives the same run")
+      .range(0, 65536)
+      .on_resume(may_change);
+  s.real("lr", o.lr, "peak learning rate").range(0, 10, true);
+  s.text("schedule", o.schedule,
+         "mingpt: the problem set's cosine (it ends at 200 epochs of the pretraining corpus, "
+         "scaled with --epochs, and is not clamped, so a run longer than that cycles back up); "
+         "single: one cosine decay over exactly this run")
+      .choices({"mingpt", "single"});
+  s.integer("warmup-tokens", o.warmup_tokens, "linear warmup over this many tokens")
+      .range(0, 0x1p50);
+  s.real("weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices)").range(0, 10);
+  s.real("beta1", o.beta1, "AdamW beta1").range(0, 0.999999);
+  s.real("beta2", o.beta2, "AdamW beta2").range(0, 0.999999);
+  s.real("grad-clip", o.grad_clip, "global gradient-norm clip").range(0, 1e9, true);
+  s.unsigned_integer("seed", o.seed,
+                     "seed of the weights, the example order and corruption, dropout");
+  s.integer("threads", o.threads, "OpenMP threads").range(1, 256).on_resume(not_saved);
+  s.integer("save-every", o.save_every, "steps between checkpoints (0: every epoch)")
+      .range(0, 0x1p40);
+  s.integer("stop-at", o.stop_at,
+            "end this session after this many steps; --resume continues the same run")
+      .range(0, 0x1p40)
+      .on_resume(not_saved);
+  // Checkpoints written before a setting existed keep what it was then.
+  s.fallback_when_missing("schedule");
+}
+
+// evaluate's and london's: where the questions and the predictions are.
+void declare_questions(Settings& s, Options& o) {
+  s.text("eval-corpus", o.eval_corpus, "TSV: question<TAB>place");
+  s.text("outputs-path", o.outputs_path, "write the predictions here, one per line");
+}
+
+// Where a run's steps fall, from its settled options (`o`: the defaults, the budget, the saved
+// settings of a resumed run all in place) and what its data came to; examples and final_tokens
+// are saved with the table's settings, so that --resume continues the same run.
+struct Run {
+  const Options& o;
+  Stage stage = Stage::pretrain;
+  index_t examples = 0, block = 0;
+  std::int64_t final_tokens = 0;
+
+  std::int64_t steps_per_epoch() const { return (examples + o.batch - 1) / o.batch; }
   std::int64_t total_steps() const {
-    return std::max<std::int64_t>(1, std::llround(epochs * double(steps_per_epoch())));
+    return std::max<std::int64_t>(1, std::llround(o.epochs * double(steps_per_epoch())));
   }
   // Rows of step s: a batch of the epoch's order; the last batch of an epoch may be short.
   index_t rows(std::int64_t step) const {
-    const index_t first = index_t(step % steps_per_epoch()) * batch;
-    return std::min(batch, examples - first);
+    const index_t first = index_t(step % steps_per_epoch()) * o.batch;
+    return std::min(o.batch, examples - first);
   }
   // Tokens (rows × block, PAD included, as minGPT counts them) of the steps before `step`.
   std::int64_t tokens_before(std::int64_t step) const {
     const std::int64_t epoch = step / steps_per_epoch(), in = step % steps_per_epoch();
-    return (epoch * examples + std::min<std::int64_t>(in * batch, examples)) * block;
+    return (epoch * examples + std::min<std::int64_t>(in * o.batch, examples)) * block;
   }
 };
 
@@ -122,99 +246,18 @@ struct Spent {
   double wall = 0, cpu = 0;
 };
 
-void put_run(io::Safetensors& file, const Run& r, std::int64_t step, Spent spent,
-             const std::string& schedule) {
+// What a checkpoint saves: the table's run settings (train.epochs, train.lr, ...), then the
+// stage, where the run is, and what the data and the schedule came to.
+void put_run(io::Safetensors& file, const Settings& settings, const Run& r, std::int64_t step,
+             Spent spent) {
   auto& m = file.metadata;
+  settings.save(m);
   m["train.stage"] = stage_name(r.stage);
-  m["train.schedule"] = schedule;
   m["train.step"] = std::to_string(step);
   m["train.elapsed_s"] = attn::train::shortest_text(spent.wall);
   m["train.cpu_s"] = attn::train::shortest_text(spent.cpu);
-  m["train.epochs"] = attn::train::shortest_text(r.epochs);
-  m["train.lr"] = attn::train::shortest_text(r.lr);
-  m["train.grad_clip"] = attn::train::shortest_text(r.grad_clip);
-  m["train.weight_decay"] = attn::train::shortest_text(r.weight_decay);
-  m["train.beta1"] = attn::train::shortest_text(r.beta1);
-  m["train.beta2"] = attn::train::shortest_text(r.beta2);
-  m["train.batch"] = std::to_string(r.batch);
-  m["train.micro_batch"] = std::to_string(r.micro_batch);
-  m["train.shards"] = std::to_string(r.shards);
   m["train.examples"] = std::to_string(r.examples);
-  m["train.warmup_tokens"] = std::to_string(r.warmup_tokens);
   m["train.final_tokens"] = std::to_string(r.final_tokens);
-  m["train.save_every"] = std::to_string(r.save_every);
-  m["train.seed"] = std::to_string(r.seed);
-}
-
-Run get_run(const io::Safetensors& file, const std::string& source, index_t block) {
-  const auto integer = [&](const char* key) { return io::metadata_int(file, key, source); };
-  const auto real = [&](const char* key) { return io::metadata_double(file, key, source); };
-  Run r;
-  const std::string& stage = io::metadata_string(file, "train.stage", source);
-  ATTN_CHECK(stage == "pretrain" || stage == "finetune", attn::io_error, source,
-             ": metadata train.stage = '", stage, "' is neither pretrain nor finetune");
-  r.stage = stage == "pretrain" ? Stage::pretrain : Stage::finetune;
-  r.epochs = real("train.epochs");
-  r.lr = real("train.lr");
-  r.grad_clip = real("train.grad_clip");
-  r.weight_decay = real("train.weight_decay");
-  r.beta1 = real("train.beta1");
-  r.beta2 = real("train.beta2");
-  r.batch = integer("train.batch");
-  r.micro_batch = integer("train.micro_batch");
-  r.shards = file.metadata.contains("train.shards") ? integer("train.shards") : 1;
-  r.examples = integer("train.examples");
-  r.warmup_tokens = integer("train.warmup_tokens");
-  r.final_tokens = integer("train.final_tokens");
-  r.save_every = integer("train.save_every");
-  r.seed = io::metadata_uint(file, "train.seed", source);
-  r.block = block;
-  // Written so that a NaN read from a file fails every check.
-  ATTN_CHECK(r.epochs > 0 && r.epochs <= 1e6 && r.lr >= 0 && r.lr <= 10 && r.batch > 0 &&
-                 r.micro_batch >= 0 && r.examples > 0 && r.save_every > 0 && r.warmup_tokens >= 0 &&
-                 r.final_tokens >= r.warmup_tokens && r.grad_clip > 0 && r.grad_clip <= 1e9 &&
-                 r.weight_decay >= 0 && r.weight_decay <= 10 && r.beta1 >= 0 && r.beta1 < 1 &&
-                 r.beta2 >= 0 && r.beta2 < 1 && r.shards >= 1 && r.shards <= r.batch,
-             attn::io_error, source, ": the saved training settings are out of range");
-  return r;
-}
-
-// The run settings the options ask for (those not given keep Options' defaults, which
-// check_resume_conflicts never looks at).
-Run requested_run(const Options& o) {
-  Run r;
-  r.epochs = o.epochs;
-  r.lr = o.lr;
-  r.batch = o.batch;
-  r.micro_batch = o.micro_batch;
-  r.warmup_tokens = o.warmup_tokens;
-  r.weight_decay = o.weight_decay;
-  r.grad_clip = o.grad_clip;
-  r.seed = o.seed;
-  r.save_every = o.save_every;
-  return r;
-}
-
-// The options --resume compares with the checkpoint (examples::check_resume_conflicts).
-std::vector<examples::Setting> run_settings(const Run& r, const std::string& schedule) {
-  using examples::shortest;
-  return {{"--epochs", shortest(r.epochs)},
-          {"--lr", shortest(r.lr)},
-          {"--batch", std::to_string(r.batch)},
-          {"--micro-batch", std::to_string(r.micro_batch)},
-          {"--warmup-tokens", std::to_string(r.warmup_tokens)},
-          {"--weight-decay", shortest(r.weight_decay)},
-          {"--grad-clip", shortest(r.grad_clip)},
-          {"--seed", std::to_string(r.seed)},
-          {"--save-every", std::to_string(r.save_every)},
-          {"--schedule", schedule}};
-}
-
-std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
-                                              index_t block, double dropout) {
-  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
-  s.push_back({"--dropout", examples::shortest(dropout)});
-  return s;
 }
 
 io::Safetensors open_checkpoint(const std::string& path) {
@@ -223,8 +266,8 @@ io::Safetensors open_checkpoint(const std::string& path) {
 
 template <class Model, class Optimizer>
 void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
-                     const data::CharTokenizer& tok, const std::string& variant, const Run& run,
-                     std::int64_t step, Spent spent, const std::string& schedule) {
+                     const data::CharTokenizer& tok, const std::string& variant,
+                     const Settings& settings, const Run& run, std::int64_t step, Spent spent) {
   io::Safetensors file;
   io::put_parameters(file, model);
   io::put_optimizer_state(file, opt);
@@ -232,7 +275,7 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
   file.metadata["format"] = checkpoint_format;
   file.metadata["variant"] = variant;
   file.metadata["vocab"] = tok.vocabulary();
-  put_run(file, run, step, spent, schedule);
+  put_run(file, settings, run, step, spent);
   io::save_safetensors(path, file);
 }
 
@@ -276,8 +319,11 @@ struct StageData {
 
 // ---- training (pretrain and finetune) --------------------------------------------------------
 
-// `source_file` is the checkpoint of --resume or --reading-params (empty for a new model).
-int train(const Options& o, Stage stage, const io::Safetensors& source_file, const CLI::App& cli,
+// Trains a stage: `o` holds the options, `settings` is declare_stage's table over it (the options
+// given marked given), `source_file` the checkpoint of --resume or --reading-params (empty for a
+// new model). A resumed run takes its saved settings into `o`; a new one settles the defaults
+// there, so that the checkpoint saves what the run is.
+int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& source_file,
           attn::dist::DataParallel& dp) {
   const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
@@ -330,17 +376,15 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   if (!source.empty()) {
     config = io::get_gpt_config(source_file, source);
     variant = io::metadata_string(source_file, "variant", source);
-    ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error, "birthplace: ", source,
-               " holds a ", variant, " model, not ", o.variant);
+    ATTN_CHECK(!settings.given("variant") ||
+                   examples::attention_index(variant) == examples::attention_index(o.variant),
+               attn::value_error, "birthplace: ", source, " holds a ", variant, " model, not ",
+               o.variant);
     ATTN_CHECK(config.vocab_size == tok.size(), attn::io_error, source, ": config.vocab_size ",
                config.vocab_size, " differs from its vocabulary's ", tok.size(), " characters");
     // The model comes from the checkpoint; a new run from pretrained weights picks its dropout.
-    std::vector<examples::Setting> saved = model_settings(
-        config.layers, config.heads, config.d_model, config.block_size, config.dropout);
-    if (!resuming) saved.pop_back();
-    examples::check_resume_conflicts(cli,
-                                     model_settings(o.layers, o.heads, o.embd, o.block, o.dropout),
-                                     saved, source, "the model comes from the checkpoint");
+    settings.check_given(examples::model_values(config, resuming), source,
+                         "the model comes from the checkpoint");
     if (!resuming) config.dropout = o.dropout;
   } else {
     ATTN_CHECK(o.embd % o.heads == 0, attn::value_error, "--heads ", o.heads,
@@ -363,38 +407,40 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   dp.broadcast_parameters(model);
   auto params = optim::parameters_of<float>(model);
 
-  // What one step keeps in memory, measured on this model, for `r`'s sequences per pass.
+  // What one step keeps in memory, measured on this model, for the run's sequences per pass.
   std::string memory;
-  const auto check_run_memory = [&](const Run& r) {
-    const index_t rows = r.micro_batch > 0 ? std::min(r.micro_batch, r.batch) : r.batch;
+  const auto check_run_memory = [&] {
+    const index_t rows = o.micro_batch > 0 ? std::min(o.micro_batch, o.batch) : o.batch;
     memory = attn::train::check_memory(attn::train::training_memory(model, block, rows),
                                        "birthplace", smaller);
   };
 
-  // The run's settings: saved ones when resuming; otherwise the options over the stage defaults.
-  Run run;
-  std::string schedule_name = o.schedule;
+  // The run's settings: the saved ones when resuming; otherwise the options, settled.
+  Run run{o, stage, examples_of.size(), block};
   std::int64_t start = 0;
   Spent before;
   if (resuming) {
-    run = get_run(source_file, source, block);
-    const auto saved_schedule = source_file.metadata.find("train.schedule");
-    schedule_name =
-        saved_schedule != source_file.metadata.end() ? saved_schedule->second : "(not saved)";
-    examples::check_resume_conflicts(cli, run_settings(requested_run(o), o.schedule),
-                                     run_settings(run, schedule_name), source,
-                                     "--stop-at, --threads and --shards may change");
-    ATTN_CHECK(cli.count("--budget-minutes") == 0, attn::value_error,
+    ATTN_CHECK(!settings.given("budget-minutes"), attn::value_error,
                "--budget-minutes conflicts with --resume ", source,
-               ": a resumed run keeps its epochs (", examples::shortest(run.epochs), ")");
-    ATTN_CHECK(run.stage == stage, attn::value_error, "birthplace: ", source, " is a ",
-               stage_name(run.stage), " run; resume it with `birthplace ", stage_name(run.stage),
+               ": a resumed run keeps its epochs");
+    std::map<std::string, std::string> saved = source_file.metadata;
+    saved.try_emplace("train.shards", "1");  // a checkpoint from before data parallelism
+    settings.resume_from(saved, source, "--stop-at, --threads and --shards may change");
+    const std::string& saved_stage = io::metadata_string(source_file, "train.stage", source);
+    ATTN_CHECK(saved_stage == "pretrain" || saved_stage == "finetune", attn::io_error, source,
+               ": metadata train.stage = '", saved_stage, "' is neither pretrain nor finetune");
+    ATTN_CHECK(saved_stage == stage_name(stage), attn::value_error, "birthplace: ", source,
+               " is a ", saved_stage, " run; resume it with `birthplace ", saved_stage,
                " --resume`");
-    ATTN_CHECK(run.examples == examples_of.size(), attn::value_error, "birthplace: ", source,
-               " was trained on ", run.examples, " examples, the data now has ",
+    const index_t saved_examples = io::metadata_int(source_file, "train.examples", source);
+    ATTN_CHECK(saved_examples == examples_of.size(), attn::value_error, "birthplace: ", source,
+               " was trained on ", saved_examples, " examples, the data now has ",
                examples_of.size());
-    if (o.shards > 0) run.shards = o.shards;  // another split from here on
-    run.shards = dp.shards(run.shards, run.batch);
+    o.shards = dp.shards(o.shards, o.batch);  // another split from here on, when given
+    run.final_tokens = io::metadata_int(source_file, "train.final_tokens", source);
+    // Written so that a NaN read from a file fails every check.
+    ATTN_CHECK(o.save_every > 0 && run.final_tokens >= o.warmup_tokens, attn::io_error, source,
+               ": the saved training settings are out of range");
     start = io::metadata_int(source_file, "train.step", source);
     before.wall = io::metadata_double(source_file, "train.elapsed_s", source);
     before.cpu = io::metadata_double(source_file, "train.cpu_s", source);
@@ -410,26 +456,13 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     }
     ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
                " is not after step ", start, ", where ", source, " stopped");
-    check_run_memory(run);
+    check_run_memory();
   } else {
     const bool pretrained = stage == Stage::finetune && !o.reading_params.empty();
-    const double default_epochs = stage == Stage::pretrain ? 650 : pretrained ? 10 : 75;
-    run.stage = stage;
-    run.epochs = o.epochs > 0 ? o.epochs : default_epochs;
-    run.batch = o.batch > 0 ? o.batch : stage == Stage::pretrain ? 128 : 256;
-    run.micro_batch = o.micro_batch;
-    run.shards = dp.shards(o.shards, run.batch);
-    run.lr = o.lr > 0 ? o.lr : stage == Stage::pretrain ? 6e-3 : 6e-4;
-    run.grad_clip = o.grad_clip;
-    run.weight_decay = o.weight_decay;
-    run.beta1 = o.beta1;
-    run.beta2 = o.beta2;
-    run.examples = examples_of.size();
-    run.block = block;
-    run.warmup_tokens = o.warmup_tokens;
-    run.seed = o.seed;
-    run.save_every = o.save_every > 0 ? o.save_every : run.steps_per_epoch();
-    check_run_memory(run);
+    if (pretrained && !settings.given("epochs")) o.epochs = default_epochs(stage, pretrained);
+    o.shards = dp.shards(o.shards, o.batch);
+    if (o.save_every == 0) o.save_every = run.steps_per_epoch();
+    check_run_memory();
     if (o.budget_minutes > 0) {
       // Time a few steps of a throwaway copy of the run, then fit the epochs to the budget; the
       // run itself is then exactly the run with that --epochs.
@@ -438,43 +471,43 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
       optim::AdamW<float> probe_opt(probe_params, optim::AdamConfig{});
       attn::Tape<float> tape;
       Tensor<std::int32_t> x, y;
-      std::vector<index_t> rows(std::size_t(std::min(run.batch, run.examples)));
+      std::vector<index_t> rows(std::size_t(std::min(o.batch, run.examples)));
       std::iota(rows.begin(), rows.end(), index_t{0});
       double best = 1e300;
       for (int i = 0; i < 3; ++i) {
         const auto t = std::chrono::steady_clock::now();
         examples_of.batch(std::uint64_t(i), rows, x, y);
         dp.step(probe, tape, probe_opt, probe_params, x, y, data::pad_id, 0.0, 1.0,
-                std::uint64_t(i), run.micro_batch, run.shards);
+                std::uint64_t(i), o.micro_batch, o.shards);
         if (i > 0) best = std::min(best, seconds_since(t));
       }
       const double steps = o.budget_minutes * 60 / best;
-      run.epochs = std::floor(steps / double(run.steps_per_epoch()) * 100) / 100;  // 2 decimals
-      run.epochs = std::max(run.epochs, 1.0 / double(run.steps_per_epoch()));      // >= 1 step
-      dp.broadcast(run.epochs);  // rank 0's timing decides, so that every rank runs the same run
+      o.epochs = std::floor(steps / double(run.steps_per_epoch()) * 100) / 100;  // 2 decimals
+      o.epochs = std::max(o.epochs, 1.0 / double(run.steps_per_epoch()));        // >= 1 step
+      dp.broadcast(o.epochs);  // rank 0's timing decides, so that every rank runs the same run
       if (dp.leader())
         std::printf("budget %.1f min: %.2f s per step of %lld sequences -> %.2f epochs\n",
-                    o.budget_minutes, best, (long long)run.batch, run.epochs);
+                    o.budget_minutes, best, (long long)o.batch, o.epochs);
     }
     // minGPT's cosine ends at final_tokens = 200 · len(pretraining data) · block for the default
     // epochs; it scales with --epochs so that a shorter run keeps the schedule's shape.
     const double pretrain_documents = stage == Stage::pretrain
                                           ? double(run.examples)
                                           : double(data::SpanCorruption(tok, corpus, block).size());
-    run.final_tokens =
-        std::llround(200.0 * pretrain_documents * double(block) * run.epochs / default_epochs);
+    run.final_tokens = std::llround(200.0 * pretrain_documents * double(block) * o.epochs /
+                                    default_epochs(stage, pretrained));
     // --schedule single: one decay, ending where the run ends (the floor from 80 % of it on).
     if (o.schedule == "single") run.final_tokens = run.tokens_before(run.total_steps());
-    run.final_tokens = std::max(run.final_tokens, run.warmup_tokens);
+    run.final_tokens = std::max(run.final_tokens, o.warmup_tokens);
   }
   const std::int64_t total = run.total_steps(), spe = run.steps_per_epoch();
-  const optim::MinGptTokenSchedule schedule{run.lr, run.warmup_tokens, run.final_tokens};
+  const optim::MinGptTokenSchedule schedule{o.lr, o.warmup_tokens, run.final_tokens};
 
   optim::AdamConfig ac;
-  ac.lr = run.lr;
-  ac.beta1 = run.beta1;
-  ac.beta2 = run.beta2;
-  ac.weight_decay = run.weight_decay;
+  ac.lr = o.lr;
+  ac.beta1 = o.beta1;
+  ac.beta2 = o.beta2;
+  ac.weight_decay = o.weight_decay;
   optim::AdamW<float> opt(params, ac);
   if (resuming) io::get_optimizer_state(source_file, opt, source);
 
@@ -495,11 +528,11 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
         stage_name(stage), variant.c_str(), (long long)config.layers, (long long)config.heads,
         (long long)(config.d_model / config.heads), (long long)config.d_model, (long long)block,
         tok.size(), (long long)nn::parameter_count(model), (long long)run.examples,
-        (long long)run.batch, (long long)spe, run.epochs, (long long)total, run.lr,
-        (long long)run.final_tokens, (long long)run.warmup_tokens, o.threads, memory.c_str());
+        (long long)o.batch, (long long)spe, o.epochs, (long long)total, o.lr,
+        (long long)run.final_tokens, (long long)o.warmup_tokens, o.threads, memory.c_str());
   if (dp.leader() && dp.ranks() > 1)
     std::printf("  data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
-                (long long)run.shards);
+                (long long)o.shards);
   if (dp.leader() && !o.reading_params.empty())
     std::printf("  weights from %s\n", o.reading_params.c_str());
   if (dp.leader() && start > 0)
@@ -525,16 +558,16 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   const auto step = [&](std::int64_t s) {
     const std::int64_t epoch = s / spe;
     if (epoch != order_epoch) {
-      attn::Rng r(step_seed(run.seed, 3, epoch));
+      attn::Rng r(step_seed(o.seed, 3, epoch));
       order = data::shuffled_indices(run.examples, r);
       order_epoch = epoch;
     }
-    const index_t first = index_t(s % spe) * run.batch;
+    const index_t first = index_t(s % spe) * o.batch;
     const std::span<const index_t> rows(order.data() + first, std::size_t(run.rows(s)));
-    examples_of.batch(step_seed(run.seed, 1, s), rows, x, y);
+    examples_of.batch(step_seed(o.seed, 1, s), rows, x, y);
     lr = schedule.for_step(s, run.tokens_before(s));
-    return dp.step(model, tape, opt, params, x, y, data::pad_id, lr, run.grad_clip,
-                   step_seed(run.seed, 2, s), run.micro_batch, run.shards);
+    return dp.step(model, tape, opt, params, x, y, data::pad_id, lr, o.grad_clip,
+                   step_seed(o.seed, 2, s), o.micro_batch, o.shards);
   };
   // After it: the checkpoint every --save-every steps and at the session's last (its end,
   // --stop-at or Ctrl-C on any rank), then the step's log row (a resume cuts the log back to the
@@ -545,11 +578,11 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     ++epoch_steps;
     const Spent now = spent();
     const bool epoch_end = r.steps_done % spe == 0;
-    if (attn::train::due(run.save_every, r)) {
+    if (attn::train::due(o.save_every, r)) {
       dp.check_replicas(model);
       if (dp.leader()) {
         files.begin_writing();
-        save_checkpoint(out, model, opt, tok, variant, run, r.steps_done, now, schedule_name);
+        save_checkpoint(out, model, opt, tok, variant, settings, run, r.steps_done, now);
       }
     }
     files.log_row({double(r.steps_done), double(r.steps_done) / double(spe), r.result.loss, lr,
@@ -559,7 +592,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
     char text[200];
     std::snprintf(text, sizeof text,
                   "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
-                  double(r.steps_done) / double(spe), run.epochs, (long long)r.steps_done,
+                  double(r.steps_done) / double(spe), o.epochs, (long long)r.steps_done,
                   (long long)total, r.result.loss, epoch_loss / double(epoch_steps), lr,
                   r.tokens_per_s);
     if (dp.leader()) progress.show(r.fraction, text, r.eta_seconds, epoch_end || r.last);
@@ -567,7 +600,7 @@ int train(const Options& o, Stage stage, const io::Safetensors& source_file, con
   };
   const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
   const attn::train::LoopEnd ran =
-      attn::train::run_loop({start, end, total, double(run.batch * block)}, stop, step, report,
+      attn::train::run_loop({start, end, total, double(o.batch * block)}, stop, step, report,
                             [&](bool flag) { return dp.any(flag); });
   progress.finish();
   if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
@@ -641,85 +674,6 @@ int evaluate(const Options& o, const io::Safetensors& file, const std::string& v
   return 0;
 }
 
-// ---- the command line ------------------------------------------------------------------------
-
-void add_model_options(CLI::App* cmd, Options& o, std::string& choices) {
-  cmd->add_option("--variant", o.variant, "attention variant:" + choices)
-      ->check(CLI::IsMember(examples::attention_names(true)));
-  cmd->add_option("--layers", o.layers, "transformer blocks (new models)")
-      ->check(CLI::Range(1, 64));
-  cmd->add_option("--heads", o.heads, "attention heads; d_h = embd / heads (new models)")
-      ->check(CLI::Range(1, 256));
-  cmd->add_option("--embd", o.embd, "model width (new models)")->check(CLI::Range(1, 8192));
-  cmd->add_option("--block", o.block, "context length (new models)")->check(CLI::Range(8, 8192));
-  cmd->add_option("--dropout", o.dropout, "dropout of embeddings, residuals, attention")
-      ->check(examples::number_in(0, 0.95));
-}
-
-void add_vocabulary_option(CLI::App* cmd, Options& o) {
-  cmd->add_option("--vocabulary-corpus", o.vocabulary_corpus,
-                  "text whose characters are a new model's vocabulary (default: the pretraining "
-                  "corpus; a subset of the people takes the full wiki.txt)")
-      ->check(CLI::ExistingFile);
-}
-
-void add_run_options(CLI::App* cmd, Options& o) {
-  cmd->add_option("--pretrain-corpus", o.pretrain_corpus,
-                  "pretraining text, one document per line (defines the vocabulary)")
-      ->check(CLI::ExistingFile);
-  add_vocabulary_option(cmd, o);
-  cmd->add_option("--writing-params", o.writing_params,
-                  "checkpoint to write (its log goes to <file>.log.csv, its plot to "
-                  "<file>.loss.svg); refused where a run's files exist, unless --overwrite");
-  cmd->add_flag("--overwrite", o.overwrite,
-                "start a new run even where --writing-params (or its log) exists, replacing it");
-  cmd->add_option("--resume", o.resume,
-                  "continue the interrupted run saved in this checkpoint, with its settings")
-      ->check(CLI::ExistingFile)
-      ->excludes("--overwrite");
-  cmd->add_option(
-         "--epochs", o.epochs,
-         "passes over the data (default: the problem set's: pretrain 650, finetune 75, or 10 "
-         "with --reading-params); the cosine schedule scales with it")
-      ->check(examples::number_in(1e-6, 1e6));
-  cmd->add_option("--budget-minutes", o.budget_minutes,
-                  "choose --epochs so that training takes about this long (timed on 3 steps)")
-      ->check(examples::number_in(1e-3, 1e6))
-      ->excludes("--epochs");
-  cmd->add_option("--batch", o.batch, "sequences per step (default: pretrain 128, finetune 256)")
-      ->check(CLI::Range(1, 65536));
-  cmd->add_option("--micro-batch", o.micro_batch,
-                  "run each step's sequences this many at a time (gradient accumulation: the same "
-                  "step in less memory; 0 = all at once)")
-      ->check(CLI::Range(0, 65536));
-  cmd->add_option("--shards", o.shards,
-                  "data-parallel shards of every batch, summed in a fixed order (default: one per "
-                  "MPI rank); any rank count that divides it gives the same run")
-      ->check(CLI::Range(0, 65536));
-  cmd->add_option("--lr", o.lr, "peak learning rate (default: pretrain 6e-3, finetune 6e-4)")
-      ->check(examples::number_in(1e-9, 10));
-  cmd->add_option("--schedule", o.schedule,
-                  "mingpt: the problem set's cosine (it ends at 200 epochs of the pretraining "
-                  "corpus, scaled with --epochs, and is not clamped, so a run longer than that "
-                  "cycles back up); single: one cosine decay over exactly this run")
-      ->check(CLI::IsMember({"mingpt", "single"}));
-  cmd->add_option("--warmup-tokens", o.warmup_tokens, "linear warmup over this many tokens")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 50));
-  cmd->add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices)")
-      ->check(examples::number_in(0, 10));
-  cmd->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip")
-      ->check(examples::number_in(0, 1e9, true));
-  cmd->add_option("--seed", o.seed,
-                  "seed of the weights, the example order and corruption, dropout")
-      ->check(examples::unsigned_integer());
-  cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
-  cmd->add_option("--save-every", o.save_every, "steps between checkpoints (default: every epoch)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  cmd->add_option("--stop-at", o.stop_at,
-                  "end this session after this many steps; --resume continues the same run")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -735,54 +689,55 @@ int main(int argc, char** argv) {
       "continues a run with its saved settings (an option that contradicts them is an error). "
       "Ctrl-C finishes the step, saves, plots and exits with status 130; a second Ctrl-C quits "
       "at once.\nExit status: 0 done, 1 error, 2 bad option, 130 interrupted (saved).");
-  Options o;
-  std::string choices;
-  for (const auto& [name, help] : examples::attention_help(true))
-    choices += "\n  " + name + ": " + help;
+
+  // Each subcommand's options are one settings table (declare_stage, ...); CLI11 only reads them.
+  Options pre = stage_options(Stage::pretrain), fine = stage_options(Stage::finetune), ev;
+  Settings pre_settings, fine_settings, evaluate_settings, london_settings;
+  declare_stage(pre_settings, pre, Stage::pretrain);
+  declare_stage(fine_settings, fine, Stage::finetune);
+  evaluate_settings.text("reading-params", ev.reading_params, "finetuned checkpoint");
+  evaluate_settings.text("variant", ev.variant, "check that the checkpoint is of this variant")
+      .choices(examples::attention_names(true));
+  evaluate_settings.integer("threads", ev.threads, "OpenMP threads").range(1, 256);
+  declare_questions(evaluate_settings, ev);
+  london_settings.text("pretrain-corpus", ev.pretrain_corpus, "text that defines the vocabulary");
+  declare_vocabulary(london_settings, ev);
+  declare_questions(london_settings, ev);
 
   CLI::App* pretrain =
       app.add_subcommand("pretrain", "pretrain on the corpus with span corruption");
-  add_model_options(pretrain, o, choices);
-  add_run_options(pretrain, o);
-
   CLI::App* finetune =
       app.add_subcommand("finetune",
                          "finetune on question/answer pairs (from scratch, or from "
                          "--reading-params)");
-  add_model_options(finetune, o, choices);
-  add_run_options(finetune, o);
-  finetune->add_option("--reading-params", o.reading_params, "pretrained checkpoint to start from")
-      ->check(CLI::ExistingFile)
-      ->excludes("--resume");
-  finetune->add_option("--finetune-corpus", o.finetune_corpus, "TSV: question<TAB>place")
-      ->check(CLI::ExistingFile);
-
   CLI::App* evaluate_cmd =
       app.add_subcommand("evaluate", "greedy answers to a TSV's questions: exact-match accuracy");
-  evaluate_cmd->add_option("--reading-params", o.reading_params, "finetuned checkpoint")
-      ->required()
-      ->check(CLI::ExistingFile);
-  evaluate_cmd->add_option("--variant", o.variant, "check that the checkpoint is of this variant")
-      ->check(CLI::IsMember({"vanilla", "synthesizer", "euclidean"}));
-  evaluate_cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
-
   CLI::App* london = app.add_subcommand("london", "accuracy of answering \"London\" every time");
-  london->add_option("--pretrain-corpus", o.pretrain_corpus, "text that defines the vocabulary")
-      ->check(CLI::ExistingFile);
-  add_vocabulary_option(london, o);
-  for (CLI::App* cmd : {evaluate_cmd, london}) {
-    cmd->add_option("--eval-corpus", o.eval_corpus, "TSV: question<TAB>place")
-        ->check(CLI::ExistingFile);
-    cmd->add_option("--outputs-path", o.outputs_path, "write the predictions here, one per line");
+  const std::pair<CLI::App*, Settings*> commands[] = {{pretrain, &pre_settings},
+                                                      {finetune, &fine_settings},
+                                                      {evaluate_cmd, &evaluate_settings},
+                                                      {london, &london_settings}};
+  // What the table does not say: which inputs must exist, and which options exclude others.
+  for (const auto& [cmd, settings] : commands) {
+    examples::add_settings(*cmd, *settings);
+    for (const char* input : {"--pretrain-corpus", "--vocabulary-corpus", "--finetune-corpus",
+                              "--reading-params", "--resume", "--eval-corpus"})
+      if (settings->contains(std::string_view(input).substr(2)))
+        cmd->get_option(input)->check(CLI::ExistingFile);
+    if (settings->contains("resume")) {
+      cmd->get_option("--resume")->excludes("--overwrite");
+      cmd->get_option("--budget-minutes")->excludes("--epochs");
+    }
   }
+  finetune->get_option("--reading-params")->excludes("--resume");
+  evaluate_cmd->get_option("--reading-params")->required();
 
   const int status = examples::run_main(
       app, argc, argv,
       [&] {
-        for (CLI::App* cmd : {pretrain, finetune, evaluate_cmd})
-          if (*cmd) o.variant_given = cmd->count("--variant") > 0;
         if (*pretrain || *finetune) {
           const Stage stage = *pretrain ? Stage::pretrain : Stage::finetune;
+          Options& o = *pretrain ? pre : fine;
           ATTN_CHECK(!o.writing_params.empty() || !o.resume.empty(), attn::value_error,
                      "birthplace ", stage_name(stage), ": give --writing-params (or --resume)");
           const std::string& source = !o.resume.empty() ? o.resume : o.reading_params;
@@ -794,10 +749,10 @@ int main(int argc, char** argv) {
               return examples::attention_index(io::metadata_string(file, "variant", source));
             });
           }
-          CLI::App* cmd = *pretrain ? pretrain : finetune;
-          return train(o, stage, file, *cmd, dp);
+          return train(o, *pretrain ? pre_settings : fine_settings, stage, file, dp);
         }
         if (!dp.leader()) return 0;  // evaluating is not data-parallel: rank 0 does it
+        const Options& o = ev;
         if (!o.outputs_path.empty()) {
           attn::train::check_output_file(o.outputs_path, "--outputs-path", false);
           // london reads the pretraining and vocabulary corpora; evaluate the checkpoint.
@@ -811,10 +766,12 @@ int main(int argc, char** argv) {
         if (*evaluate_cmd) {
           const io::Safetensors file = open_checkpoint(o.reading_params);
           const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
-          ATTN_CHECK(!o.variant_given || variant == o.variant, attn::value_error,
-                     "birthplace: ", o.reading_params, " holds a ", variant, " model, not ",
-                     o.variant);
-          examples::about(o.reading_params, [&] { return examples::attention_index(variant); });
+          const std::size_t index =
+              examples::about(o.reading_params, [&] { return examples::attention_index(variant); });
+          ATTN_CHECK(
+              !evaluate_settings.given("variant") || index == examples::attention_index(o.variant),
+              attn::value_error, "birthplace: ", o.reading_params, " holds a ", variant,
+              " model, not ", o.variant);
           return evaluate(o, file, variant);
         }
         const data::CharTokenizer tok = new_vocabulary(o, examples::read_corpus(o.pretrain_corpus));

@@ -31,7 +31,6 @@
 #include "../common/char_checkpoint.hpp"
 #include "../common/distributed.hpp"
 #include "../common/model_config.hpp"
-#include "../common/resume_settings.hpp"
 #include "char_gpt.hpp"
 
 namespace {
@@ -96,13 +95,6 @@ void restore_run(const io::Safetensors& file, attn::train::Settings& settings, T
              source, ": the saved training settings are out of range");
 }
 
-std::vector<examples::Setting> model_settings(index_t layers, index_t heads, index_t embd,
-                                              index_t block, const std::string& positions) {
-  std::vector<examples::Setting> s = examples::model_settings(layers, heads, embd, block);
-  s.push_back({"--positions", positions});
-  return s;
-}
-
 template <class Model, class Optimizer>
 void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
                      const attn::data::CharTokenizer& tok, const attn::train::Settings& settings,
@@ -133,22 +125,12 @@ std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
 // the training and sampling code below is compiled once.
 using Model = nn::GPT<examples::AnyCausal>;
 
-// The options given on the command line, as check_resume_conflicts asks for them
-// (count("--layers")): the table marks each setting it was given.
-struct GivenOptions {
-  const attn::train::Settings& settings;
-  std::size_t count(const std::string& option) const {
-    return settings.given(std::string_view(option).substr(2)) ? 1 : 0;
-  }
-};
-
 int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataParallel& dp) {
-  const GivenOptions given{settings};
   if (o.eval_every > o.steps) o.eval_every = o.steps;
   // Continuing a checkpoint: its attention variant unless --attention says otherwise (then the
   // mismatch is refused below).
   const std::string from = !o.resume.empty() ? o.resume : o.init_from;
-  if (!from.empty() && given.count("--attention") == 0)
+  if (!from.empty() && !settings.given("attention"))
     o.attention = io::metadata_string(open_checkpoint(from), "attention", from);
   const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
@@ -161,7 +143,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     // A resumed run continues in its own directory.
     const fs::path dir =
         fs::path(o.resume).parent_path().empty() ? fs::path(".") : fs::path(o.resume).parent_path();
-    ATTN_CHECK(given.count("--out") == 0 || attn::train::same_path(o.out, dir), attn::value_error,
+    ATTN_CHECK(!settings.given("out") || attn::train::same_path(o.out, dir), attn::value_error,
                "--out ", o.out, " conflicts with --resume ", o.resume,
                ": a resumed run continues in the directory of its checkpoint, ", dir.string());
     out = dir;
@@ -178,15 +160,9 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   double elapsed_before = 0;
   if (from_checkpoint) {
     const nn::GPTConfig saved = io::get_gpt_config(resumed, source);
-    examples::check_resume_conflicts(
-        given, model_settings(o.layers, o.heads, o.embd, o.block, o.positions),
-        model_settings(saved.layers, saved.heads, saved.d_model, saved.block_size,
-                       position_name(saved.positions)),
-        source, "the model comes from the checkpoint");
-    ATTN_CHECK(!resuming || given.count("--dropout") == 0 || o.dropout == saved.dropout,
-               attn::value_error, "--dropout ", shortest_text(o.dropout),
-               " conflicts with the run in ", source, ", which has --dropout ",
-               shortest_text(saved.dropout), ": a resumed run keeps its settings");
+    auto model = examples::model_values(saved, resuming);
+    model["positions"] = position_name(saved.positions);
+    settings.check_given(model, source, "the model comes from the checkpoint");
     ATTN_CHECK(o.vocab_from.empty(), attn::value_error, "--vocab-from conflicts with ",
                resuming ? "--resume" : "--init-from", " ", source,
                ": the vocabulary is the checkpoint's");

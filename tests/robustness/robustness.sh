@@ -192,8 +192,13 @@ expect 1 "--stop-at 2 is not after step 3" -- "$B" finetune "${rb[@]}" --stop-at
 expect 0 "is a finished pretrain run .*nothing to do, nothing changed" -- "$B" pretrain --resume guard/bp/pre.params --pretrain-corpus wiki.txt --threads 1
 expect 2 "--grad-clip: 0 is outside \(0, " -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b1 --grad-clip 0
 # --variant takes the examples' one attention registry (char_gpt's names, "vanilla" an alias).
-expect 2 "--variant: nope not in" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --variant nope
+expect 2 "--variant: 'nope' is not one of " -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --variant nope
 expect 0 "pretrain: .* steps" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b3 --variant rotary --epochs 0.2
+# Every option of a stage is a row of its settings table: its range, and what --resume does.
+expect 2 "--beta2: 1 is outside \\[0, 0.999999\\]" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --beta2 1
+expect 1 "--dropout 0.3 conflicts with the run in guard/bp/ft.params, which has --dropout 0.1: .*the model comes from the checkpoint" -- "$B" finetune "${rb[@]}" --dropout 0.3
+expect 1 "guard/bp/ft.params holds a vanilla model, not synthesizer" -- "$B" evaluate --reading-params guard/bp/ft.params --eval-corpus dev.tsv --variant synthesizer
+expect 0 "Correct: " -- "$B" evaluate --reading-params guard/bp/ft.params --eval-corpus dev.tsv --variant standard --threads 1
 expect 2 "--seed: '-1' is not a non-negative integer" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b2 --seed -1
 expect 2 "--epochs: 'nan' is not a finite number" -- "$B" pretrain "${tiny_bp[@]}" --writing-params s/b3 --epochs nan
 expect 2 "A subcommand is required" -- "$B"

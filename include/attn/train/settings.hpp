@@ -363,14 +363,27 @@ class Settings {
       const std::string why = s.parse(it->second, saved);
       ATTN_CHECK(why.empty(), io_error, source, ": metadata '", s.key_, "' = ", why);
       if (s.given_ && s.on_resume_ == OnResume::may_change) continue;
-      if (s.given_ && s.text() != saved)
-        throw value_error(s.option() + " " + s.text() + " conflicts with the run in " + source +
-                          ", which has " + s.option() + " " + saved +
-                          ": a resumed run keeps its settings" +
-                          (allowed.empty() ? std::string() : " (" + std::string(allowed) + ")"));
+      if (s.given_ && s.text() != saved) throw conflict(s, saved, source, allowed);
       take.emplace_back(&s, std::move(saved));
     }
     for (auto& [s, saved] : take) s->set_(saved);
+  }
+
+  // Refuses a setting given now whose value differs from the one `values` holds for it (name ->
+  // text; e.g. the model a checkpoint brings, saved in its own form rather than by save()): a
+  // value_error in resume_from's words, naming both values, `why` ending it ("the model comes from
+  // the checkpoint"). Values are compared in canonical form ("0.10" is 0.1); settings not given,
+  // and names the table lacks, are not compared.
+  void check_given(const std::map<std::string, std::string>& values, const std::string& source,
+                   std::string_view why) const {
+    for (const auto& [name, value] : values) {
+      if (!contains(name)) continue;
+      const Setting& s = at(name);
+      if (!s.given_) continue;
+      std::string other;
+      if (!s.parse(value, other).empty()) other = value;  // not a value of the row: as it is
+      if (s.text() != other) throw conflict(s, other, source, why);
+    }
   }
 
   // Lets resume_from accept a checkpoint that lacks `name`'s key (written before the setting
@@ -406,6 +419,16 @@ class Settings {
     table_.push_back(
         Setting(std::move(name), kind, std::move(help), std::move(get), std::move(set)));
     return table_.back();
+  }
+
+  // "--lr 0.1 conflicts with the run in c, which has --lr 0.0006: a resumed run keeps its
+  // settings (--steps may change)".
+  static value_error conflict(const Setting& s, const std::string& saved, const std::string& source,
+                              std::string_view allowed) {
+    return value_error(s.option() + " " + s.text() + " conflicts with the run in " + source +
+                       ", which has " + s.option() + " " + saved +
+                       ": a resumed run keeps its settings" +
+                       (allowed.empty() ? std::string() : " (" + std::string(allowed) + ")"));
   }
 
   std::deque<Setting> table_;  // a deque: declaring more never moves a Setting already handed out
