@@ -404,7 +404,6 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   attn::train::check_memory(attn::train::parameters_estimate(config), "birthplace", smaller);
   Model model(config, examples::attention_factory(variant));
   if (!source.empty()) io::get_parameters(source_file, model, source);
-  dp.broadcast_parameters(model);
   auto params = optim::parameters_of<float>(model);
 
   // What one step keeps in memory, measured on this model, for the run's sequences per pass.
@@ -457,12 +456,14 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
                " is not after step ", start, ", where ", source, " stopped");
     check_run_memory();
+    dp.start();  // every rank's checks passed (or the first that failed reports, once)
   } else {
     const bool pretrained = stage == Stage::finetune && !o.reading_params.empty();
     if (pretrained && !settings.given("epochs")) o.epochs = default_epochs(stage, pretrained);
     o.shards = dp.shards(o.shards, o.batch);
     if (o.save_every == 0) o.save_every = run.steps_per_epoch();
     check_run_memory();
+    dp.start();  // every rank's checks passed (or the first that failed reports, once)
     if (o.budget_minutes > 0) {
       // Time a few steps of a throwaway copy of the run, then fit the epochs to the budget; the
       // run itself is then exactly the run with that --epochs.
@@ -500,6 +501,7 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     if (o.schedule == "single") run.final_tokens = run.tokens_before(run.total_steps());
     run.final_tokens = std::max(run.final_tokens, o.warmup_tokens);
   }
+  dp.broadcast_parameters(model);
   const std::int64_t total = run.total_steps(), spe = run.steps_per_epoch();
   const optim::MinGptTokenSchedule schedule{o.lr, o.warmup_tokens, run.final_tokens};
 
@@ -732,6 +734,7 @@ int main(int argc, char** argv) {
   finetune->get_option("--reading-params")->excludes("--resume");
   evaluate_cmd->get_option("--reading-params")->required();
 
+  std::string error;  // the job prints one rank's error, once (DataParallel::finish)
   const int status = examples::run_main(
       app, argc, argv,
       [&] {
@@ -780,6 +783,8 @@ int main(int argc, char** argv) {
         report(data::evaluate_constant(qa, "London"), qa, o);
         return 0;
       },
-      !dp.leader());  // the other ranks read the same command line: rank 0 reports it
-  return dp.finish(status, status == examples::exit_usage);
+      {&error, !dp.leader()});
+  return dp.finish(status, [&] {
+    if (!error.empty()) examples::print_error(error);
+  });
 }

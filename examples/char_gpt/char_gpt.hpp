@@ -147,9 +147,9 @@ class Job {
   int sample(const SampleOptions& options);
   // Rank 0 of the MPI job (or the only process): the one that prints and writes files.
   bool leader() const;
-  // main's exit status, after ending the MPI job (see attn::dist::DataParallel::finish; `alike`:
-  // every rank failed the same way before training, on a bad command line).
-  int finish(int status, bool alike = false);
+  // main's exit status, after ending the MPI job; prints `error` (this rank's, "" for none) where
+  // it is the one the job reports (see attn::dist::DataParallel::finish).
+  int finish(int status, const std::string& error);
 
  private:
   std::unique_ptr<attn::dist::DataParallel> dp_;

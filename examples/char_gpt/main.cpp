@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   sample_cmd->add_flag("--no-cache", s.no_cache, "recompute the context for every token");
   sample_cmd->add_option("--threads", s.threads, "OpenMP threads")->check(CLI::Range(1, 256));
 
+  std::string error;  // the job prints one rank's error, once (Job::finish)
   const int status = examples::run_main(
       app, argc, argv,
       [&] {
@@ -59,6 +60,6 @@ int main(int argc, char** argv) {
                                      ": the cosine falls from --lr to --min-lr");
         return job.train(t, settings);
       },
-      !job.leader());  // the other ranks read the same command line: rank 0 reports it
-  return job.finish(status, status == examples::exit_usage);
+      {&error, !job.leader()});
+  return job.finish(status, error);
 }

@@ -30,6 +30,7 @@
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
 #include "../common/distributed.hpp"
+#include "../common/format.hpp"
 #include "../common/model_config.hpp"
 #include "char_gpt.hpp"
 
@@ -280,6 +281,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   ac.weight_decay = o.weight_decay;
   optim::AdamW<float> opt(params, ac);
   if (from_checkpoint) io::get_parameters(resumed, model, source);
+  dp.start();  // every rank's checks passed (or the first that failed reports, once)
   dp.broadcast_parameters(model);
   if (resuming) io::get_optimizer_state(resumed, opt, source);
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
@@ -473,8 +475,10 @@ bool Job::leader() const {
   return dp_->leader();
 }
 
-int Job::finish(int status, bool alike) {
-  return dp_->finish(status, alike);
+int Job::finish(int status, const std::string& error) {
+  return dp_->finish(status, [&] {
+    if (!error.empty()) examples::print_error(error);
+  });
 }
 
 }  // namespace char_gpt

@@ -1,10 +1,10 @@
 // examples/common/cli.hpp: what every example program's command line shares: option checks that
-// CLI11 lacks (finite numbers, unsigned seeds), and run_main, which turns a bad option into one
-// line and exit status 2 and anything the program throws into one line and exit status 1.
+// CLI11 lacks (finite numbers, unsigned seeds), the settings-table adapter, and run_main, which
+// turns a bad option into one line and exit status 2 and anything the program throws into one
+// line and exit status 1.
 // Does not define options (each program does) nor know about files, checkpoints or training.
 #pragma once
 
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <attn/core/error.hpp>
 #include <attn/train/settings.hpp>
@@ -86,15 +86,6 @@ inline void add_settings(CLI::App& app, attn::train::Settings& settings) {
   }
 }
 
-// Prints "error: <what>" as one line on stderr: line breaks inside `what` become spaces. On a
-// terminal a progress line may be half drawn, so the error starts on a line of its own there.
-inline void print_error(std::string_view what) {
-  std::string line(what);
-  for (char& c : line)
-    if (c == '\n' || c == '\r') c = ' ';
-  std::fprintf(stderr, "%serror: %s\n", isatty(fileno(stderr)) ? "\n" : "", line.c_str());
-}
-
 // "std::invalid_argument" for an exception of that type (the mangled name where demangling fails).
 inline std::string type_name(const std::type_info& t) {
   int status = 0;
@@ -107,42 +98,60 @@ inline std::string type_name(const std::type_info& t) {
 // Returns body()'s exit status; an exception from it prints one line and returns exit_error,
 // whatever its type: attn's errors, std::bad_alloc (out of memory), std::invalid_argument,
 // anything (a CLI::ParseError, an option combination checked after parsing: exit_usage). No
-// example program ends with an uncaught exception (abort, core dump, exit status 134).
+// example program ends with an uncaught exception (abort, core dump, exit status 134). With
+// `kept`, the line is kept there instead of printed (a data-parallel job prints one rank's, once:
+// attn::dist::DataParallel::finish).
 template <class Body>
-int guarded(Body&& body, bool quiet_usage = false) {
+int guarded(Body&& body, std::string* kept = nullptr) {
+  const auto say = [kept](const std::string& what) {
+    if (kept != nullptr)
+      *kept = what;
+    else
+      print_error(what);
+  };
   try {
     return body();
   } catch (const CLI::ParseError& e) {  // an option combination checked after parsing
-    if (!quiet_usage) print_error(std::string(e.what()) + " (see --help)");
+    say(std::string(e.what()) + " (see --help)");
     return exit_usage;
   } catch (const std::bad_alloc&) {
-    print_error("out of memory (std::bad_alloc): use a smaller model, batch or block");
+    say("out of memory (std::bad_alloc): use a smaller model, batch or block");
   } catch (const std::filesystem::filesystem_error& e) {
-    print_error(e.what());
+    say(e.what());
   } catch (const attn::error& e) {
-    print_error(e.what());
+    say(e.what());
   } catch (const std::exception& e) {
-    print_error(type_name(typeid(e)) + ": " + e.what());
+    say(type_name(typeid(e)) + ": " + e.what());
   } catch (...) {
-    print_error("an exception of unknown type");
+    say("an exception of unknown type");
   }
   return exit_error;
 }
 
+// Where a program's error line goes (run_main): printed at once, or kept for a data-parallel
+// job to print once, from the first rank that failed (`quiet_help`: a rank other than 0, which
+// prints no --help either).
+struct ErrorOutput {
+  std::string* kept = nullptr;
+  bool quiet_help = false;
+};
+
 // Parses the command line into `app`'s options, then returns guarded(body). A bad option prints
-// one line and returns exit_usage (--help prints the help and returns 0). With `quiet_usage` (the
-// ranks of a data-parallel job other than rank 0, which read the same command line) a bad option
-// or --help prints nothing, so that the job prints it once.
+// one line and returns exit_usage (--help prints the help and returns 0).
 template <class Body>
-int run_main(CLI::App& app, int argc, char** argv, Body&& body, bool quiet_usage = false) {
+int run_main(CLI::App& app, int argc, char** argv, Body&& body, ErrorOutput out = {}) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return quiet_usage ? 0 : app.exit(e);  // --help, --version
-    if (!quiet_usage) print_error(std::string(e.what()) + " (see --help)");
+    if (e.get_exit_code() == 0) return out.quiet_help ? 0 : app.exit(e);  // --help, --version
+    const std::string what = std::string(e.what()) + " (see --help)";
+    if (out.kept != nullptr)
+      *out.kept = what;
+    else
+      print_error(what);
     return exit_usage;
   }
-  return guarded(body, quiet_usage);
+  return guarded(body, out.kept);
 }
 
 }  // namespace examples

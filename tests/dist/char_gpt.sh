@@ -9,7 +9,10 @@
 #   4. a rank stopped (SIGSTOP) makes rank 0 give up after ATTN_DIST_TIMEOUT = 3 s, naming the
 #      timeout; the job ends within 20 s; the last checkpoint loads and resumes;
 #   5. Ctrl-C reaching rank 1 only: every rank stops after the same step, saved, exit 130;
-#   6. a bad option: one error line (rank 0's), exit 2, no MPI_Abort.
+#   6. a bad option: one error line (rank 0's), exit 2, no MPI_Abort;
+#   7. errors after the command line, before training: one that only rank 0 meets (the run's
+#      files, which rank 0 alone owns) and one that every rank meets (an empty --data): one error
+#      line each, exit 1 from every rank, no MPI_Abort.
 # Does not start anything but char_gpt (directly and through MPIRUN), all inside WORK.
 set -euo pipefail
 char_gpt=$1 data=$2 work=$3
@@ -153,5 +156,24 @@ set -e
   fail "bad option: not exactly one error line: $(cat bad_option.txt)"
 ! grep -q "MPI_ABORT" bad_option.txt || fail "bad option: the job was aborted: $(cat bad_option.txt)"
 echo "bad option: one line, exit 2"
+
+echo "== 7. errors before training: one error line, exit 1, no MPI_Abort"
+: >empty.txt
+check_one_error() { # NAME REGEX: the output NAME.txt of a job that failed before training
+  local status=$1 name=$2 regex=$3
+  ((status == 1)) || fail "$name: exit status $status, not 1: $(cat "$name.txt")"
+  (($(grep -c "^error: " "$name.txt") == 1)) && grep -Eq "^error: .*$regex" "$name.txt" ||
+    fail "$name: not exactly one error line matching /$regex/: $(cat "$name.txt")"
+  ! grep -q "MPI_ABORT" "$name.txt" || fail "$name: the job was aborted: $(cat "$name.txt")"
+}
+set +e
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]}" --steps 20 --out two >in_the_way.txt 2>&1
+check_one_error $? in_the_way "an earlier run's files are in the way \(two/checkpoint"
+"${mpirun[@]}" -np 2 "$char_gpt" "${small[@]:2}" --data empty.txt --steps 20 --out e >empty.txt.out 2>&1
+status=$?
+mv empty.txt.out empty_data.txt
+check_one_error $status empty_data "empty.txt is empty"
+set -e
+echo "errors before training: one line each, exit 1"
 
 echo "char_gpt.sh: passed"

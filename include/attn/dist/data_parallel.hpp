@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -147,23 +148,52 @@ class DataParallel {
     return flag;
   }
 
-  // main's exit status: after a failure on this rank (status 1 to 127) with other ranks running,
-  // ends them all (MPI_Abort: they may be waiting for this rank); otherwise finalises MPI. A
-  // status of 128 + a signal is a stop every rank agreed on (see any), not a failure. `alike`:
-  // every rank ends with this status for the same reason before any collective (a bad command
-  // line, which they all read), so none waits for another and none is aborted: MPI_Abort's
-  // banner would bury the one line of the error.
-  int finish(int status, bool alike = false) {
+  // The end of the checks before training: call it on every rank after everything that may fail
+  // before the first step (the options, the run's files, the data, the memory) and before the
+  // first collective. It returns once every rank has got there. Where a rank failed first (it
+  // reached finish with an error instead), it throws dist_error on the others naming that rank,
+  // and that rank alone reports its error (see finish): the job ends with one message, a non-zero
+  // exit status on every rank and no MPI_Abort, whose banner would bury the message.
+  void start() {
+    if (agreed_) return;
+    agreed_ = true;
 #ifdef ATTN_WITH_MPI
-    if (world_ && status != 0 && status < 128 && !alike && world_->size() > 1)
-      world_->abort(status);
-    // An agreed stop: no rank leaves before rank 0 has written its files (mpirun may end the
-    // others once one exits with a non-zero status).
-    if (world_ && status >= 128 && world_->size() > 1) (void)dist::any(*world_, false);
+    if (world_ && world_->size() > 1) first_failed_ = dist::first_rank_with(*world_, false);
+#endif
+    ATTN_CHECK(first_failed_ < 0, dist_error, "data parallel: rank ", first_failed_,
+               " failed before training; its error is the job's");
+  }
+
+  // main's exit status, after the job's end on this rank. `status` 0 is success, 1 to 127 a
+  // failure, 128 + a signal a stop every rank agreed on (see any). `report` prints this rank's
+  // error; finish calls it where this rank's error is the one the job reports: always in one
+  // process; in a job, for a failure before start (a bad command line, a file, the data) only on
+  // the first rank that failed, so that a failure every rank shares (a bad option, which they all
+  // read) is printed once; for a failure after start, on the failing rank, which then ends the
+  // others (MPI_Abort: they may be waiting for it). A rank that never called start takes part in
+  // its agreement here, so that the others do not wait for it.
+  int finish(int status, const std::function<void()>& report = {}) {
+    const bool failed = status != 0 && status < 128;
+#ifdef ATTN_WITH_MPI
+    if (world_ && world_->size() > 1) {
+      if (!agreed_) {
+        agreed_ = true;
+        first_failed_ = dist::first_rank_with(*world_, failed);
+        if (failed && first_failed_ == rank() && report) report();
+      } else if (failed && first_failed_ < 0) {
+        if (report) report();
+        world_->abort(status);
+      }
+      // An agreed stop: no rank leaves before rank 0 has written its files (mpirun may end the
+      // others once one exits with a non-zero status).
+      if (status >= 128) (void)dist::any(*world_, false);
+    } else if (failed && report) {
+      report();
+    }
     reducer_.reset();
     world_.reset();
 #else
-    (void)alike;
+    if (failed && report) report();
 #endif
     return status;
   }
@@ -204,6 +234,8 @@ class DataParallel {
   std::optional<GradientReducer<float>> reducer_;
 #endif
   std::optional<ShardGradients<float>> local_;
+  bool agreed_ = false;    // this rank has taken part in start's agreement (in start or finish)
+  int first_failed_ = -1;  // the first rank that failed before start, -1 for none
 };
 
 }  // namespace attn::dist

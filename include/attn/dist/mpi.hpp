@@ -224,6 +224,18 @@ inline bool any(Context& ctx, bool flag) {
   return result != 0;
 }
 
+// The lowest rank where `flag` is true, or -1 where it is false on every rank (a minimum: exact in
+// any order), e.g. for the ranks to agree which one's error ends the job.
+inline int first_rank_with(Context& ctx, bool flag) {
+  const int mine = flag ? ctx.rank() : ctx.size();
+  int result = 0;
+  MPI_Request req;
+  ctx.check(MPI_Iallreduce(&mine, &result, 1, MPI_INT, MPI_MIN, ctx.comm(), &req),
+            "dist::first_rank_with", "MPI_Iallreduce");
+  ctx.wait(req, "dist::first_rank_with", "MPI_Iallreduce");
+  return result < ctx.size() ? result : -1;
+}
+
 // Rank 0's bytes on every rank (data.size() must be the same on every rank).
 inline void broadcast_bytes(Context& ctx, std::byte* data, index_t size, const char* op) {
   constexpr index_t chunk = index_t{1} << 30;  // MPI counts are ints
