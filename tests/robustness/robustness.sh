@@ -241,6 +241,12 @@ if [ -n "${bin[seq2seq]:-}" ]; then
   cases=$((cases + 1))
   "${bin[seq2seq]}" --steps 2 --models dot --test-size 10 --show 0 --threads 1 > s2s.out 2>&1 ||
     fail "seq2seq --steps 2 with the default warmup: $(cat s2s.out)"
+  # Its options are a settings table: a seed is digits, at most 2^64 - 1.
+  expect 2 "--seed: '18446744073709551616' is larger than 2\^64 - 1" -- "${bin[seq2seq]}" --seed 18446744073709551616
+  # Earlier alignment plots in --out are not replaced unasked.
+  quiet "${bin[seq2seq]}" --steps 2 --models dot --test-size 10 --show 1 --threads 1 --out s/s2s
+  expect 1 "seq2seq: an earlier run's files are in the way \(s/s2s/dot_alignment_0" -- "${bin[seq2seq]}" --steps 2 --models dot --test-size 10 --show 1 --threads 1 --out s/s2s
+  expect 0 "exact match per input format" -- "${bin[seq2seq]}" --steps 2 --models dot --test-size 10 --show 1 --threads 1 --out s/s2s --overwrite
 fi
 if [ -n "${bin[stolen_attention]:-}" ]; then
   S=${bin[stolen_attention]}
@@ -295,6 +301,24 @@ interrupt() {
   wait $pid
   rc=$?
 }
+
+# seq2seq: Ctrl-C ends the model in training after its step; it is evaluated and drawn as it is,
+# the models after it are not trained, exit 130.
+if [ -n "${bin[seq2seq]:-}" ]; then
+  cases=$((cases + 1))
+  "${bin[seq2seq]}" --steps 1000000 --models dot transformer --test-size 10 --show 1 --threads 1 \
+    --out s/s2s_int > s2s_int.out 2> s2s_int.err &
+  pid=$!
+  for _ in $(seq 600); do grep -q "== dot" s2s_int.out 2> /dev/null && break; sleep 0.1; done
+  sleep 0.5
+  kill -INT $pid
+  wait $pid
+  rc=$?
+  [ $rc = 130 ] || fail "seq2seq Ctrl-C: exit status $rc, expected 130: $(cat s2s_int.err)"
+  grep -q "stopped: dot trained [0-9]* of 1000000 steps; 1 of 2 models" s2s_int.out ||
+    fail "seq2seq Ctrl-C: does not say what it trained: $(cat s2s_int.out)"
+  ls s/s2s_int/dot_alignment_0.* > /dev/null 2>&1 || fail "seq2seq Ctrl-C: no alignment drawn"
+fi
 
 # Ctrl-C: the step finishes, the run is saved and plotted, exit 130; it then resumes.
 cases=$((cases + 1))
