@@ -16,7 +16,10 @@
 #include <vector>
 
 #include <attn/attn.hpp>
+#include <attn/train/interrupt.hpp>
+#include <attn/train/loop.hpp>
 #include <attn/train/plot.hpp>
+#include <attn/train/settings.hpp>
 
 #include "../common/cli.hpp"
 
@@ -178,9 +181,12 @@ struct Row {
   std::string task, positions;
   Accuracy acc;
   double gap = 0, seconds = 0, cpu_seconds = 0;  // wall clock and this process's CPU time
+  std::int64_t steps = 0;  // trained: --steps, or fewer when a signal stopped the run
 };
 
-Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test) {
+// Trains one model (fewer steps when a signal stops it: Row::steps) and evaluates it.
+Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test,
+          const attn::train::StopRequest& stop) {
   attn::Rng rng(o.seed);
   const index_t classes = task == Task::reverse ? o.vocab : o.length;
   Model model(o, p, classes, rng);
@@ -191,19 +197,25 @@ Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test)
   attn::Tape<float> tape;
   const auto t0 = std::chrono::steady_clock::now();
   const std::clock_t c0 = std::clock();
-  for (std::int64_t step = 0; step < o.steps; ++step) {
-    attn::Rng batch_rng(o.seed * 1000003 + std::uint64_t(step));
+  // A step's batch depends only on (seed, step).
+  const auto step = [&](std::int64_t s) {
+    attn::Rng batch_rng(o.seed * 1000003 + std::uint64_t(s));
     const Data d = make_data(task, o.batch, o, batch_rng);
     opt.zero_grad();
     tape.clear();
     const Var<float> loss = attn::cross_entropy(model(tape, d.x), d.y);
     tape.backward(loss);
-    optim::clip_grad_norm(params, 1.0);
-    opt.set_lr(schedule(step));
+    const double norm = optim::clip_grad_norm(params, 1.0);
+    opt.set_lr(schedule(s));
     opt.step();
-  }
+    return optim::StepResult{loss.item(), norm};
+  };
+  const attn::train::LoopEnd ran =
+      attn::train::run_loop({0, o.steps, o.steps, double(o.batch * o.length)}, stop, step,
+                            [](const attn::train::StepReport&) {});
   Row r{task_name(task), positions_name(p), evaluate(model, test), 0,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  r.steps = ran.steps_done;
   r.cpu_seconds = double(std::clock() - c0) / CLOCKS_PER_SEC;
   attn::Rng perm_rng(o.seed + 17);
   r.gap = equivariance_gap(model, test, perm_rng);
@@ -224,28 +236,39 @@ Row train(Task task, nn::PositionEncoding p, const Options& o, const Data& test)
 
 }  // namespace
 
+// The options, each declared once: checked, with its range, in --help.
+void declare_settings(attn::train::Settings& s, Options& o) {
+  s.integer("length", o.length, "sequence length T").range(2, 256);
+  s.integer("vocab", o.vocab, "token values").range(2, 1000);
+  s.integer("layers", o.layers, "encoder layers").range(1, 32);
+  s.integer("heads", o.heads, "heads (divide --d-model)").range(1, 64);
+  s.integer("d-model", o.d_model, "model width").range(2, 4096);
+  s.integer("steps", o.steps, "optimizer steps per model").range(1, 10000000);
+  s.integer("batch", o.batch, "sequences per step").range(1, 4096);
+  s.real("lr", o.lr, "peak learning rate").range(0, 1);
+  s.unsigned_integer("seed", o.seed, "seed for weights and data");
+  s.integer("threads", o.threads, "OpenMP threads").range(1, 256);
+  s.integer("test-size", o.test_size, "test sequences").range(1, 1000000);
+  s.flag("scale-embeddings", o.scale_embeddings,
+         "multiply token embeddings by sqrt(d_model), as Vaswani et al. do");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"positions: sinusoidal vs learned vs no position vectors in a Transformer encoder"};
+  app.footer(
+      "Ctrl-C finishes the step, evaluates the model in training as it is, prints the table of "
+      "the models so far and exits with status 130.\n"
+      "Exit status: 0 done, 1 error, 2 bad option, 130 interrupted.");
   Options o;
-  app.add_option("--length", o.length, "sequence length T")->check(CLI::Range(2, 256));
-  app.add_option("--vocab", o.vocab, "token values")->check(CLI::Range(2, 1000));
-  app.add_option("--layers", o.layers, "encoder layers")->check(CLI::Range(1, 32));
-  app.add_option("--heads", o.heads, "heads (divide --d-model)")->check(CLI::Range(1, 64));
-  app.add_option("--d-model", o.d_model, "model width")->check(CLI::Range(2, 4096));
-  app.add_option("--steps", o.steps, "optimizer steps per model")->check(CLI::Range(1, 10000000));
-  app.add_option("--batch", o.batch, "sequences per step")->check(CLI::Range(1, 4096));
-  app.add_option("--lr", o.lr, "peak learning rate")->check(examples::number_in(0, 1));
-  app.add_option("--seed", o.seed, "seed for weights and data")
-      ->check(examples::unsigned_integer());
-  app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
-  app.add_option("--test-size", o.test_size, "test sequences")->check(CLI::Range(1, 1000000));
-  app.add_flag("--scale-embeddings", o.scale_embeddings,
-               "multiply token embeddings by sqrt(d_model), as Vaswani et al. do");
+  attn::train::Settings settings;
+  declare_settings(settings, o);
+  examples::add_settings(app, settings);
   return examples::run_main(app, argc, argv, [&] {
     if (o.d_model % o.heads != 0)
       throw CLI::ValidationError(
           "--heads",
           std::to_string(o.heads) + " does not divide --d-model " + std::to_string(o.d_model));
+    const attn::train::StopRequest stop;
     attn::set_num_threads(o.threads);
     std::printf(
         "sinusoidal position vectors, cosine similarity of p_i and p_j (blank -1, @ +1):\n%s",
@@ -260,6 +283,9 @@ int main(int argc, char** argv) {
         o.scale_embeddings ? " times sqrt(d_model)" : "");
     std::printf(
         "reverse: y_i = x_(T-1-i) needs order; count: y_i = occurrences of x_i does not\n\n");
+    std::fflush(stdout);
+    // Each model in turn; a signal stops the one training after its step (it is evaluated as it
+    // is) and the models after it are not trained.
     std::vector<Row> rows;
     for (const Task task : {Task::reverse, Task::count}) {
       attn::Rng test_rng(o.seed + 99);
@@ -267,13 +293,24 @@ int main(int argc, char** argv) {
       for (const nn::PositionEncoding p :
            {nn::PositionEncoding::sinusoidal, nn::PositionEncoding::learned,
             nn::PositionEncoding::none})
-        rows.push_back(train(task, p, o, test));
+        if (!stop.requested()) rows.push_back(train(task, p, o, test, stop));
+    }
+    if (rows.empty()) {
+      std::printf("stopped before the first step: nothing trained\n");
+      return stop.exit_status();
     }
     std::printf("\n%-8s %-11s %9s %9s %15s\n", "task", "positions", "token", "sequence",
                 "|f(Px)-Pf(x)|");
     for (const Row& r : rows)
       std::printf("%-8s %-11s %8.2f%% %8.2f%% %15.1e\n", r.task.c_str(), r.positions.c_str(),
                   100 * r.acc.token, 100 * r.acc.sequence, r.gap);
+    if (stop.requested()) {
+      std::printf("\nstopped: %s/%s trained %lld of %lld steps; %zu of 6 models\n",
+                  rows.back().task.c_str(), rows.back().positions.c_str(),
+                  static_cast<long long>(rows.back().steps), static_cast<long long>(o.steps),
+                  rows.size());
+      return stop.exit_status();
+    }
     return 0;
   });
 }

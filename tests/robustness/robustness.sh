@@ -232,6 +232,7 @@ fi
 if [ -n "${bin[positions]:-}" ]; then
   expect 2 "--heads: 3 does not divide --d-model 8" -- "${bin[positions]}" --heads 3 --d-model 8
   expect 2 "--lr: 'nan' is not a finite number" -- "${bin[positions]}" --lr nan
+  expect 2 "--seed: '-3' is not a non-negative integer" -- "${bin[positions]}" --seed -3
 fi
 if [ -n "${bin[seq2seq]:-}" ]; then
   expect 2 "--hidden: 3 is not even" -- "${bin[seq2seq]}" --hidden 3
@@ -318,6 +319,21 @@ if [ -n "${bin[seq2seq]:-}" ]; then
   grep -q "stopped: dot trained [0-9]* of 1000000 steps; 1 of 2 models" s2s_int.out ||
     fail "seq2seq Ctrl-C: does not say what it trained: $(cat s2s_int.out)"
   ls s/s2s_int/dot_alignment_0.* > /dev/null 2>&1 || fail "seq2seq Ctrl-C: no alignment drawn"
+fi
+
+# positions: the same, for its six models.
+if [ -n "${bin[positions]:-}" ]; then
+  cases=$((cases + 1))
+  "${bin[positions]}" --steps 1000000 --test-size 10 --threads 1 > pos_int.out 2> pos_int.err &
+  pid=$!
+  for _ in $(seq 600); do grep -q "^reverse: " pos_int.out 2> /dev/null && break; sleep 0.1; done
+  sleep 0.5
+  kill -INT $pid
+  wait $pid
+  rc=$?
+  [ $rc = 130 ] || fail "positions Ctrl-C: exit status $rc, expected 130: $(cat pos_int.err)"
+  grep -q "stopped: reverse/sinusoidal trained [0-9]* of 1000000 steps; 1 of 6 models" pos_int.out ||
+    fail "positions Ctrl-C: does not say what it trained: $(cat pos_int.out)"
 fi
 
 # Ctrl-C: the step finishes, the run is saved and plotted, exit 130; it then resumes.
