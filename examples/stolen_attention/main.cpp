@@ -11,8 +11,11 @@
 #include <attn/data/data.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
+#include <attn/train/paths.hpp>
 #include <attn/train/plot.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/run_lock.hpp>
+#include <attn/train/settings.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -51,7 +54,33 @@ struct Options {
   std::uint64_t seed = 7;
   int threads = 1;
   std::string out = "runs/stolen_attention/analysis";
+  bool overwrite = false;
 };
+
+// One model of the study: its name in the outputs, and its checkpoint.
+struct ModelSpec {
+  std::string name, path;
+};
+
+// "name=checkpoint" for every model, each checked before any is analysed.
+std::vector<ModelSpec> model_specs(const std::vector<std::string>& specs) {
+  std::vector<ModelSpec> models;
+  for (const std::string& spec : specs) {
+    const auto eq = spec.find('=');
+    ATTN_CHECK(eq != std::string::npos && eq > 0, attn::value_error,
+               "stolen_attention: a model is given as name=checkpoint, got '", spec, "'");
+    models.push_back({spec.substr(0, eq), spec.substr(eq + 1)});
+  }
+  return models;
+}
+
+// The files a run writes into --out.
+const char* const output_names[] = {"queries.csv",
+                                    "tokens.csv",
+                                    "summary.csv",
+                                    "vertex_proportion.svg",
+                                    "max_weight_per_token.svg",
+                                    "angle_vs_norm_variance.svg"};
 
 // Per model and context length: sums over the queries recorded.
 struct Summary {
@@ -153,10 +182,24 @@ ModelResult analyse(const Options& o, const std::string& name, const io::Safeten
 }
 
 int run(const Options& o) {
+  // Everything that could lose a result or fail late, checked first: the model list, --out (one
+  // owner; its earlier results kept unless --overwrite), no output that is an input.
+  const std::vector<ModelSpec> models = model_specs(o.models);
+  attn::train::check_writable_directory(o.out, "--out");
+  const fs::path out(o.out);
+  std::vector<attn::train::Input> inputs{{o.data, "--data"}};
+  for (const ModelSpec& m : models) inputs.push_back({m.path, "the checkpoint of " + m.name});
+  std::vector<fs::path> outputs;
+  for (const char* name : output_names) {
+    outputs.push_back(out / name);
+    attn::train::check_not_an_input(outputs.back(), "--out", inputs);
+  }
+  fs::create_directories(out);
+  const attn::train::RunLock lock(out / ".lock", "stolen_attention: " + o.out);
+  attn::train::refuse_to_replace(outputs, o.overwrite, "stolen_attention", "--out",
+                                 "move them elsewhere");
   attn::set_num_threads(o.threads);
   const std::string text = read_text(o.data);
-  fs::create_directories(o.out);
-  const fs::path out(o.out);
   std::string rows =
       "model,attention,d_h,layer,head,sequence,context,vertices,vertex_proportion,"
       "max_weight_vertex,max_weight_interior,angle_variance,norm_variance\n";
@@ -166,11 +209,7 @@ int run(const Options& o) {
       "mean_max_weight_interior,max_weight_interior,queries_with_interior,interior_wins,"
       "mean_angle_variance,mean_norm_variance\n";
   std::vector<ModelResult> results;
-  for (const std::string& spec : o.models) {
-    const auto eq = spec.find('=');
-    ATTN_CHECK(eq != std::string::npos && eq > 0, attn::value_error,
-               "stolen_attention: a model is given as name=checkpoint, got '", spec, "'");
-    const std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
+  for (const auto& [name, path] : models) {
     const io::Safetensors file = io::load_safetensors(path);
     const auto fmt_it = file.metadata.find("format");
     ATTN_CHECK(fmt_it != file.metadata.end() && fmt_it->second == "attn.char_gpt.v1",
@@ -260,21 +299,24 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"stolen_attention: convex-hull statistics of the heads of trained char_gpt models"};
+  app.footer(
+      "Writes queries.csv, tokens.csv, summary.csv and three SVG plots into --out; an --out that "
+      "holds them is refused unless --overwrite is given.\n"
+      "Exit status: 0 done, 1 error, 2 bad option.");
   Options o;
+  attn::train::Settings settings;  // the options but the two lists, each declared once
+  settings.text("data", o.data, "the corpus the models were trained on");
+  settings.integer("sequences", o.sequences, "held-out sequences").range(1, 100000);
+  settings.integer("batch", o.batch, "sequences per forward pass").range(1, 4096);
+  settings.unsigned_integer("seed", o.seed, "seed for the choice of sequences");
+  settings.integer("threads", o.threads, "OpenMP threads").range(1, 256);
+  settings.text("out", o.out, "output directory");
+  settings.flag("overwrite", o.overwrite, "replace the results of an earlier run in --out");
+  examples::add_settings(app, settings);
+  app.get_option("--data")->check(CLI::ExistingFile);
   app.add_option("models", o.models, "name=checkpoint.safetensors (char_gpt, standard/euclidean)")
       ->required();
-  app.add_option("--data", o.data, "the corpus the models were trained on")
-      ->check(CLI::ExistingFile);
-  app.add_option("--sequences", o.sequences, "held-out sequences")->check(CLI::Range(1, 100000));
-  app.add_option("--batch", o.batch, "sequences per forward pass")->check(CLI::Range(1, 4096));
   app.add_option("--contexts", o.contexts, "context lengths L (query at position L-1)")
       ->delimiter(',');
-  app.add_option("--seed", o.seed, "seed for the choice of sequences")
-      ->check(examples::unsigned_integer());
-  app.add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
-  app.add_option("--out", o.out, "output directory");
-  return examples::run_main(app, argc, argv, [&] {
-    attn::train::check_writable_directory(o.out, "--out");
-    return run(o);
-  });
+  return examples::run_main(app, argc, argv, [&] { return run(o); });
 }

@@ -69,7 +69,9 @@ def analysis_rows(runs: Path, models):
     if not os.access(binary, os.X_OK):
         sys.exit(f"summarise.py: the analysis binary {binary} is missing (cmake --build --preset "
                  "release --target stolen_attention, or set ANALYSE)")
-    args = [binary, "--sequences", str(SEQUENCES), "--threads", "1", "--out", str(out)]
+    # Its own analysis, missing or over fewer models than have finished: replaced.
+    args = [binary, "--sequences", str(SEQUENCES), "--threads", "1", "--out", str(out),
+            "--overwrite"]
     args += [f"{m['name']}={m['checkpoint']}" for m in models]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
     with open(summary, newline="") as f:

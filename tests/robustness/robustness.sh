@@ -255,6 +255,13 @@ if [ -n "${bin[stolen_attention]:-}" ]; then
   expect 1 "read_file: cannot open 'missing.safetensors'" -- "$S" a=missing.safetensors --data small.txt --out s/st
   expect 1 "corrupt.safetensors: tensor \".*\" is corrupt" -- "$S" a=corrupt.safetensors --data small.txt --out s/st
   expect 1 "--out guard/c/log.csv: guard/c/log.csv is a file" -- "$S" a=guard/c/checkpoint.safetensors --data small.txt --out guard/c/log.csv
+  # A bad model in the list is named before any model is analysed; earlier results stay.
+  expect 1 "a model is given as name=checkpoint, got 'x'" -- "$S" a=guard/c/checkpoint.safetensors x --data small.txt --out s/st
+  st=(a=guard/c/checkpoint.safetensors --data small.txt --contexts 4,8 --sequences 2 --batch 2)
+  expect 0 "wrote s/st3/\{queries,tokens,summary\}.csv" -- "$S" "${st[@]}" --out s/st3
+  expect 1 "stolen_attention: an earlier run's files are in the way \(s/st3/queries.csv, " -- "$S" "${st[@]}" --out s/st3
+  expect 0 "wrote s/st3/" -- "$S" "${st[@]}" --out s/st3 --overwrite
+  expect 2 "--sequences: 0 is outside \[1, 100000\]" -- "$S" a=guard/c/checkpoint.safetensors --data small.txt --out s/st4 --sequences 0
 fi
 if [ -n "${bin[value_aware]:-}" ]; then
   V=${bin[value_aware]}
