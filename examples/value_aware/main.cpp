@@ -9,8 +9,10 @@
 #include <attn/attn.hpp>
 #include <attn/data/data.hpp>
 #include <attn/io/io.hpp>
+#include <attn/train/paths.hpp>
 #include <attn/train/plot.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/settings.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -57,6 +59,7 @@ struct EvalOptions {
   std::vector<index_t> features{32, 128, 512};
   bool exact_only = false;
   std::vector<index_t> layers;  // the layers whose attention is approximated; empty: all
+  bool overwrite = false;
 };
 
 // Validation windows: tokens [s, s + T) predicting [s + 1, s + T + 1), s = 0, T/2, T, …; only
@@ -436,19 +439,25 @@ int plot_curves(const std::vector<std::string>& csvs, const std::string& out) {
   return 0;
 }
 
-// The options of a subcommand that evaluates one model on the validation windows.
-void add_model_options(CLI::App* cmd, EvalOptions& o, const std::string& out_help) {
-  cmd->add_option("checkpoint", o.checkpoint, "a char_gpt checkpoint.safetensors")
-      ->required()
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--data", o.data, "the corpus the model was trained on")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--out", o.out, out_help);
-  cmd->add_option("--label", o.label, "the model's name in the CSV (default: its attention)");
-  cmd->add_option("--windows", o.windows, "validation windows (stride block/2)")
-      ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--batch", o.batch, "windows per forward pass")->check(CLI::Range(1, 4096));
-  cmd->add_option("--threads", o.threads, "OpenMP threads")->check(CLI::Range(1, 256));
+// The settings of a subcommand that evaluates one model on the validation windows (its lists and
+// the checkpoint, a positional argument, are CLI11 options of their own).
+void declare_model_settings(attn::train::Settings& s, EvalOptions& o, const std::string& out_help) {
+  s.text("data", o.data, "the corpus the model was trained on");
+  s.text("out", o.out, out_help);
+  s.flag("overwrite", o.overwrite, "replace the --out of an earlier run");
+  s.text("label", o.label, "the model's name in the CSV (default: its attention)");
+  s.integer("windows", o.windows, "validation windows (stride block/2)").range(1, 1000000);
+  s.integer("batch", o.batch, "windows per forward pass").range(1, 4096);
+  s.integer("threads", o.threads, "OpenMP threads").range(1, 256);
+}
+
+// Before any work: --out can be written, is none of the inputs, and holds no earlier result
+// (unless --overwrite).
+void check_output(const std::string& out, bool overwrite,
+                  const std::vector<attn::train::Input>& inputs) {
+  attn::train::check_output_file(out, "--out", true);
+  attn::train::check_not_an_input(out, "--out", inputs);
+  attn::train::refuse_to_replace({out}, overwrite, "value_aware", "--out", "move it elsewhere");
 }
 
 }  // namespace
@@ -456,9 +465,18 @@ void add_model_options(CLI::App* cmd, EvalOptions& o, const std::string& out_hel
 int main(int argc, char** argv) {
   CLI::App app{"value_aware: evaluate char_gpt models with approximate attention"};
   app.require_subcommand(1);
+  app.footer(
+      "An --out that exists is refused unless --overwrite is given; no --out may be one of the "
+      "inputs.\nExit status: 0 done, 1 error, 2 bad option.");
   EvalOptions e;
+  attn::train::Settings eval_settings;
+  declare_model_settings(eval_settings, e, "CSV to write (one row per approximation)");
+  eval_settings.flag("exact-only", e.exact_only, "only the exact model");
   CLI::App* eval = app.add_subcommand("eval", "validation loss under each approximation");
-  add_model_options(eval, e, "CSV to write (one row per approximation)");
+  eval->add_option("checkpoint", e.checkpoint, "a char_gpt checkpoint.safetensors")
+      ->required()
+      ->check(CLI::ExistingFile);
+  examples::add_settings(*eval, eval_settings);
   eval->add_option("--ovo", e.ovo, "r values of the OVO-r curve (d_h + 1 is added)")
       ->delimiter(',');
   eval->add_option("--ova", e.ova, "r values of the OVA-r heuristic (1 < r <= d_h)")
@@ -469,7 +487,6 @@ int main(int argc, char** argv) {
   eval->add_option("--lsh-rounds", e.lsh_rounds, "LSH hash-round counts")->delimiter(',');
   eval->add_option("--features", e.features, "random-feature counts (softmax models only)")
       ->delimiter(',');
-  eval->add_flag("--exact-only", e.exact_only, "only the exact model");
   eval->add_option("--layers", e.layers,
                    "approximate only these layers (0 = the first; default: every layer)")
       ->delimiter(',');
@@ -477,23 +494,36 @@ int main(int argc, char** argv) {
   EvalOptions w;
   w.out = "weights.csv";
   w.windows = 32;
+  attn::train::Settings weights_settings;
+  declare_model_settings(weights_settings, w, "CSV to write (one row per layer)");
   CLI::App* weights_cmd =
       app.add_subcommand("weights", "how concentrated the attention weights are, per layer");
-  add_model_options(weights_cmd, w, "CSV to write (one row per layer)");
+  weights_cmd->add_option("checkpoint", w.checkpoint, "a char_gpt checkpoint.safetensors")
+      ->required()
+      ->check(CLI::ExistingFile);
+  examples::add_settings(*weights_cmd, weights_settings);
+  for (CLI::App* cmd : {eval, weights_cmd}) cmd->get_option("--data")->check(CLI::ExistingFile);
 
   std::vector<std::string> csvs;
   std::string svg = "ovo_curve.svg";
+  bool overwrite_svg = false;
+  attn::train::Settings plot_settings;
+  plot_settings.text("out", svg, "SVG to write");
+  plot_settings.flag("overwrite", overwrite_svg, "replace the --out of an earlier run");
   CLI::App* plot_cmd = app.add_subcommand("plot", "OVO-r curves of several eval CSVs");
   plot_cmd->add_option("csv", csvs, "CSVs written by eval")->required()->check(CLI::ExistingFile);
-  plot_cmd->add_option("--out", svg, "SVG to write");
+  examples::add_settings(*plot_cmd, plot_settings);
 
   return examples::run_main(app, argc, argv, [&] {
     if (*plot_cmd) {
-      attn::train::check_output_file(svg, "--out", true);
+      std::vector<attn::train::Input> inputs;
+      for (const std::string& c : csvs) inputs.push_back({c, "plot"});
+      check_output(svg, overwrite_svg, inputs);
       return plot_curves(csvs, svg);
     }
     const EvalOptions& opts = *weights_cmd ? w : e;
-    attn::train::check_output_file(opts.out, "--out", true);
+    check_output(opts.out, opts.overwrite,
+                 {{opts.checkpoint, "the checkpoint"}, {opts.data, "--data"}});
     const io::Safetensors file = examples::open_checkpoint(opts.checkpoint);
     return examples::with_attention(
         io::metadata_string(file, "attention", opts.checkpoint), [&]<class Attn>() {

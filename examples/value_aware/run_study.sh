@@ -55,14 +55,14 @@ study() {
   if [[ ! -f "$OUT/eval_$name.csv" ]]; then
     echo "== $name: evaluating"
     $bin/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
-      --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/eval_$name.csv.part" \
+      --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/eval_$name.csv.part" --overwrite \
       >"$OUT/eval_$name.log" 2>&1
     mv "$OUT/eval_$name.csv.part" "$OUT/eval_$name.csv"
   fi
   [[ $kernel == standard || $kernel == poly2 || $kernel == linear ]] || return 0
   if [[ ! -f "$OUT/weights_$name.csv" ]]; then
     $bin/value_aware/value_aware weights "$dir/checkpoint.safetensors" --label "$name" \
-      --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/weights_$name.csv.part" \
+      --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/weights_$name.csv.part" --overwrite \
       >"$OUT/weights_$name.log" 2>&1
     mv "$OUT/weights_$name.csv.part" "$OUT/weights_$name.csv"
   fi
@@ -72,7 +72,7 @@ study() {
     part="$OUT/layers_$name-L${layers//,/}.csv"
     [[ -f $part ]] && continue
     $bin/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
-      --layers "$layers" --windows "$WINDOWS" --threads "$THREADS" --out "$part.part" \
+      --layers "$layers" --windows "$WINDOWS" --threads "$THREADS" --out "$part.part" --overwrite \
       >"${part%.csv}.log" 2>&1
     mv "$part.part" "$part"
   done

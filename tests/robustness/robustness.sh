@@ -269,6 +269,12 @@ if [ -n "${bin[value_aware]:-}" ]; then
   expect 1 "--out guard is a directory" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out guard
   expect 1 "guard/bp/ft.params: not a char_gpt checkpoint" -- "$V" eval guard/bp/ft.params --data small.txt --out s/v.csv
   expect 2 "csv: File does not exist: missing.csv" -- "$V" plot missing.csv
+  # No output replaces an input or an earlier result unasked.
+  expect 1 "--out guard/c/checkpoint.safetensors is the file the checkpoint reads" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out guard/c/checkpoint.safetensors --overwrite
+  expect 1 "--out small.txt is the file --data reads" -- "$V" weights guard/c/checkpoint.safetensors --data small.txt --out small.txt --overwrite
+  expect 1 "value_aware: an earlier run's files are in the way \(guard/c/log.csv\)" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out guard/c/log.csv
+  expect 1 "--out guard/c/log.csv is the file plot reads" -- "$V" plot guard/c/log.csv --out guard/c/log.csv --overwrite
+  expect 2 "--windows: 0 is outside \[1, 1000000\]" -- "$V" eval guard/c/checkpoint.safetensors --windows 0
 fi
 if [ -n "${bin[autodiff_demo]:-}" ]; then
   expect 2 "--steps wants an integer in \[1, 1000000\], got '0'" -- "${bin[autodiff_demo]}" --steps 0
