@@ -20,7 +20,7 @@
 // in two programs that write disjoint outputs (no atomics, deterministic): dQ by query tile, then
 // dK and dV by key tile (looping over the query heads that share the key head).
 // The beta_q ‖q‖² term of a score is the same for every key of a row and cancels in softmax (and
-// its gradient, 2 beta_q q Σ_j dS_ij, is 0), so it is left out, as in online_softmax.hpp.
+// its gradient, 2 beta_q q Σ_j dS_ij, is 0), so it is left out, as in score_tiles.hpp.
 #pragma once
 
 #include <concepts>

@@ -14,7 +14,7 @@
 
 #include "../core/tensor.hpp"
 #include "flash_block.hpp"
-#include "online_softmax.hpp"
+#include "kernel_common.hpp"
 
 namespace attn {
 

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "kernel.hpp"
-#include "online_softmax.hpp"
+#include "kernel_common.hpp"
+#include "mask.hpp"
 #include "random_features.hpp"
+#include "score.hpp"
 
 namespace attn {
 

@@ -13,7 +13,9 @@
 #include <cmath>
 #include <limits>
 
-#include "online_softmax.hpp"
+#include "kernel_common.hpp"
+#include "mask.hpp"
+#include "score.hpp"
 
 namespace attn {
 

@@ -2,7 +2,7 @@
 // tiles of the fused attention kernel (tens to hundreds of rows, operands in L1/L2), written with
 // Eigen's packet primitives so they vectorise on every target Eigen knows (AVX-512: 16 floats).
 // Does not block for caches, pack its operands or thread: core/gemm.hpp does large products;
-// here the caller lays the operands out once per head (see online_softmax.hpp).
+// here the caller lays the operands out once per head (see tile_layout.hpp).
 //
 // Why not Eigen's GEMM per tile: it repacks both operands on every call and its AVX-512 kernel
 // works in 48-row panels, so a 64 x 64 x 64 tile product spends much of its time outside the
