@@ -117,10 +117,7 @@ using attn::train::Settings;
 // so these rows are not saved with the run's settings: a run from a checkpoint compares them with
 // it (Settings::check_given).
 void declare_model(Settings& s, Options& o) {
-  std::string choices;
-  for (const auto& [name, help] : examples::attention_help(true))
-    choices += "\n  " + name + ": " + help;
-  s.text("variant", o.variant, "attention variant:" + choices)
+  s.text("variant", o.variant, "attention variant:" + examples::attention_choices_help(true))
       .choices(examples::attention_names(true))
       .on_resume(not_saved);
   s.integer("layers", o.layers, "transformer blocks (new models)")

@@ -51,12 +51,9 @@ struct TrainOptions {
 inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   using attn::train::may_change;
   using attn::train::not_saved;
-  std::string choices;
-  for (const auto& [name, help] : examples::attention_help())
-    choices += "\n  " + name + ": " + help;
   // Data and model.
   s.text("data", t.data, "training text (UTF-8)").on_resume(may_change);  // its CRC is checked
-  s.text("attention", t.attention, "attention variant:" + choices)
+  s.text("attention", t.attention, "attention variant:" + examples::attention_choices_help())
       .choices(examples::attention_names())
       .on_resume(not_saved);
   s.text("positions", t.positions, "position encoding")

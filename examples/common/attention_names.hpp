@@ -67,6 +67,14 @@ inline std::map<std::string, std::string> attention_help(bool aliases = false) {
   return help;
 }
 
+// The help of an option that takes a variant: "\n  name: help" for each, in attention_help's
+// order.
+inline std::string attention_choices_help(bool aliases = false) {
+  std::string text;
+  for (const auto& [name, help] : attention_help(aliases)) text += "\n  " + name + ": " + help;
+  return text;
+}
+
 // The names a command line accepts (with `aliases`, the aliases too).
 inline std::vector<std::string> attention_names(bool aliases = false) {
   std::vector<std::string> names;

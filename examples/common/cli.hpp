@@ -101,29 +101,31 @@ inline std::string type_name(const std::type_info& t) {
 // example program ends with an uncaught exception (abort, core dump, exit status 134). With
 // `kept`, the line is kept there instead of printed (a data-parallel job prints one rank's, once:
 // attn::dist::DataParallel::finish).
+// The error line `what`: kept in `kept` when given, else printed (print_error).
+inline void say_error(std::string* kept, const std::string& what) {
+  if (kept != nullptr)
+    *kept = what;
+  else
+    print_error(what);
+}
+
 template <class Body>
 int guarded(Body&& body, std::string* kept = nullptr) {
-  const auto say = [kept](const std::string& what) {
-    if (kept != nullptr)
-      *kept = what;
-    else
-      print_error(what);
-  };
   try {
     return body();
   } catch (const CLI::ParseError& e) {  // an option combination checked after parsing
-    say(std::string(e.what()) + " (see --help)");
+    say_error(kept, std::string(e.what()) + " (see --help)");
     return exit_usage;
   } catch (const std::bad_alloc&) {
-    say("out of memory (std::bad_alloc): use a smaller model, batch or block");
+    say_error(kept, "out of memory (std::bad_alloc): use a smaller model, batch or block");
   } catch (const std::filesystem::filesystem_error& e) {
-    say(e.what());
+    say_error(kept, e.what());
   } catch (const attn::error& e) {
-    say(e.what());
+    say_error(kept, e.what());
   } catch (const std::exception& e) {
-    say(type_name(typeid(e)) + ": " + e.what());
+    say_error(kept, type_name(typeid(e)) + ": " + e.what());
   } catch (...) {
-    say("an exception of unknown type");
+    say_error(kept, "an exception of unknown type");
   }
   return exit_error;
 }
@@ -144,11 +146,7 @@ int run_main(CLI::App& app, int argc, char** argv, Body&& body, ErrorOutput out 
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return out.quiet_help ? 0 : app.exit(e);  // --help, --version
-    const std::string what = std::string(e.what()) + " (see --help)";
-    if (out.kept != nullptr)
-      *out.kept = what;
-    else
-      print_error(what);
+    say_error(out.kept, std::string(e.what()) + " (see --help)");
     return exit_usage;
   }
   return guarded(body, out.kept);

@@ -286,7 +286,7 @@ fi
 # started PID FILE: waits (up to 60 s) until FILE has a line "memory:" (training is about to start)
 started() {
   for _ in $(seq 600); do
-    grep -q "memory" "$2" 2> /dev/null && return 0
+    grep -q -- "${ready:-memory}" "$2" 2> /dev/null && return 0
     kill -0 "$1" 2> /dev/null || return 1
     sleep 0.1
   done
@@ -316,34 +316,22 @@ interrupt() {
   rc=$?
 }
 
-# seq2seq: Ctrl-C ends the model in training after its step; it is evaluated and drawn as it is,
-# the models after it are not trained, exit 130.
+# seq2seq and positions: Ctrl-C ends the model in training after its step; it is evaluated (and
+# drawn) as it is, the models after it are not trained, exit 130. `ready`: the line that says
+# training has begun.
 if [ -n "${bin[seq2seq]:-}" ]; then
   cases=$((cases + 1))
-  "${bin[seq2seq]}" --steps 1000000 --models dot transformer --test-size 10 --show 1 --threads 1 \
-    --out s/s2s_int > s2s_int.out 2> s2s_int.err &
-  pid=$!
-  for _ in $(seq 600); do grep -q "== dot" s2s_int.out 2> /dev/null && break; sleep 0.1; done
-  sleep 0.5
-  kill -INT $pid
-  wait $pid
-  rc=$?
+  ready="== dot" interrupt 1 s2s_int.out s2s_int.err "${bin[seq2seq]}" --steps 1000000 \
+    --models dot transformer --test-size 10 --show 1 --threads 1 --out s/s2s_int
   [ $rc = 130 ] || fail "seq2seq Ctrl-C: exit status $rc, expected 130: $(cat s2s_int.err)"
   grep -q "stopped: dot trained [0-9]* of 1000000 steps; 1 of 2 models" s2s_int.out ||
     fail "seq2seq Ctrl-C: does not say what it trained: $(cat s2s_int.out)"
   ls s/s2s_int/dot_alignment_0.* > /dev/null 2>&1 || fail "seq2seq Ctrl-C: no alignment drawn"
 fi
-
-# positions: the same, for its six models.
 if [ -n "${bin[positions]:-}" ]; then
   cases=$((cases + 1))
-  "${bin[positions]}" --steps 1000000 --test-size 10 --threads 1 > pos_int.out 2> pos_int.err &
-  pid=$!
-  for _ in $(seq 600); do grep -q "^reverse: " pos_int.out 2> /dev/null && break; sleep 0.1; done
-  sleep 0.5
-  kill -INT $pid
-  wait $pid
-  rc=$?
+  ready="^reverse: " interrupt 1 pos_int.out pos_int.err "${bin[positions]}" --steps 1000000 \
+    --test-size 10 --threads 1
   [ $rc = 130 ] || fail "positions Ctrl-C: exit status $rc, expected 130: $(cat pos_int.err)"
   grep -q "stopped: reverse/sinusoidal trained [0-9]* of 1000000 steps; 1 of 6 models" pos_int.out ||
     fail "positions Ctrl-C: does not say what it trained: $(cat pos_int.out)"

@@ -174,27 +174,29 @@ class DataParallel {
   // its agreement here, so that the others do not wait for it.
   int finish(int status, const std::function<void()>& report = {}) {
     const bool failed = status != 0 && status < 128;
+    bool reports = failed;  // one process reports its own failure
 #ifdef ATTN_WITH_MPI
     if (world_ && world_->size() > 1) {
-      if (!agreed_) {
+      const bool before_start = !agreed_;
+      if (before_start) {
         agreed_ = true;
         first_failed_ = dist::first_rank_with(*world_, failed);
-        if (failed && first_failed_ == rank() && report) report();
-      } else if (failed && first_failed_ < 0) {
-        if (report) report();
-        world_->abort(status);
       }
+      // Before start: the first rank that failed; after it, a failure no agreement announced.
+      reports = failed && (before_start ? first_failed_ == rank() : first_failed_ < 0);
+      if (reports && report) report();
+      if (reports && !before_start) world_->abort(status);
       // An agreed stop: no rank leaves before rank 0 has written its files (mpirun may end the
       // others once one exits with a non-zero status).
       if (status >= 128) (void)dist::any(*world_, false);
-    } else if (failed && report) {
-      report();
+      reducer_.reset();
+      world_.reset();
+      return status;
     }
     reducer_.reset();
     world_.reset();
-#else
-    if (failed && report) report();
 #endif
+    if (reports && report) report();
     return status;
   }
 
