@@ -40,6 +40,273 @@ inline constexpr index_t attn_single_pass_min_tasks = 4;
 
 namespace detail {
 
+// One tile of backward's work: rows [i0, i0 + br) of query head (b, h) against keys
+// [j0, j0 + bc) of batch entry b.
+struct BackwardTile {
+  index_t b, h, i0, br, j0, bc;
+};
+
+// What pass 2 leaves of one tile for pass 3: the weights P (p, rows ldp apart: the kept ones or
+// the scratch's), the weights dV is made with (pv: P, or P ∘ M / (1 − p) when dropping) and the
+// live blocks; dS itself is in the scratch's dp, rows attn_key_tile apart.
+template <class T>
+struct TileWeights {
+  const T *p = nullptr, *pv = nullptr;
+  index_t ldp = 0, ldpv = 0;
+  TileBlocks blocks;
+};
+
+// Where one task sums a tile's products (null: not needed): dK, dV and the column sums of dS for
+// the tile's keys, dQ for its queries. kv_add / q_add false: nothing is there yet, so the product
+// is written instead of added.
+template <class T>
+struct TileSums {
+  T *dk = nullptr, *dv = nullptr, *colsum = nullptr, *dq = nullptr;
+  bool kv_add = false, q_add = false;
+};
+
+// The fused backward as named passes, over the operands of one call:
+//   pass 1  row_terms     D_i = Σ_d dO_id O_id, once per query row;
+//   pass 2  tile_weights  one tile's P (recomputed from the log-sum-exp, or the kept one) and
+//                         dS = P ∘ (dO Vᵀ − D), with dropout's mask where it is active;
+//   pass 3  accumulate    dV += Pᵀ dO, dK += dSᵀ Q, dQ += dS K into a task's own sums;
+//   pass 4  write_kv, write_q  the sums, scaled by alpha (and dK's 2 beta_k colsum ∘ k), into the
+//                         gradients.
+// The walks choose which tiles one task sees: by_key_head (one task per (b, key/value head),
+// every tile of its query heads once, P and dS made once per tile) or by_query_tile then
+// by_key_tile (dQ, then dK and dV: P and dS made twice). A task owns the gradient rows it
+// writes, so no two tasks write the same row and every sum runs in a fixed order.
+template <class T, ScorePolicy Score, MaskPolicy Mask>
+class FusedBackward {
+ public:
+  struct Operands {
+    const T *q, *k, *v, *o, *dout, *lse, *kept;  // kept: the saved weights, or null
+    T *dq, *dk, *dv, *D;                         // null gradients are not needed; D [B·H·Tq]
+  };
+
+  FusedBackward(const AttentionGeometry& g, const Score& score, const Mask& mask,
+                const AttentionDropout& dropout, const Operands& x)
+      : g_(g),
+        x_(x),
+        dropout_(dropout),
+        drop_(dropout.mask()),
+        alpha_(static_cast<T>(score.alpha(g.Dh))),
+        ldk_(packet_round<T>(g.Dh)),
+        ldv_(packet_round<T>(g.Dv)),
+        layout_(attention_layout<T>()),
+        scores_(x.kept ? ScoreTiles<T, Score, Mask>{score, mask, g, x.q, {}, nullptr, alpha_}
+                       : make_score_tiles(score, mask, g, x.q, x.k, layout_)),
+        vt_(pack_key_panels(x.v, g, g.Dv, layout_.vt)),
+        K_(x.dq ? padded_rows(x.k, g.B * g.Hk * g.key_rows(), g.Dh, layout_.kpad)
+                : RowsView<T>{x.k, g.Dh}),
+        Q_(x.dk ? padded_rows(x.q, g.B * g.H * g.Tq, g.Dh, layout_.qpad) : RowsView<T>{x.q, g.Dh}),
+        dO_(x.dv ? padded_rows(x.dout, g.B * g.H * g.Tq, g.Dv, layout_.dopad)
+                 : RowsView<T>{x.dout, g.Dv}) {}
+
+  // Pass 1: D = rowsum(dO ∘ O).
+  void row_terms() const {
+    parallel_for(g_.B * g_.H * g_.Tq, double(g_.Dv) * 2, [&](index_t r) {
+      T s = 0;
+      for (index_t d = 0; d < g_.Dv; ++d) s += x_.dout[r * g_.Dv + d] * x_.o[r * g_.Dv + d];
+      x_.D[r] = s;
+    });
+  }
+
+  // The walk of the single-pass backward: one task per (b, key/value head).
+  void by_key_head() const {
+    const index_t qtiles = block_count(g_.Tq, attn_query_tile), ktiles = key_tiles();
+    parallel_for(
+        g_.B * g_.Hk, tile_cost() * double(qtiles * ktiles * g_.group()), [&](index_t task) {
+          const index_t hk = task % g_.Hk, b = task / g_.Hk;
+          AttentionScratch<T>& sc = scratch();
+          T* dk = x_.dk ? sized(sc.dk, g_.Tk * ldk_) : nullptr;
+          T* dv = x_.dv ? sized(sc.dv, g_.Tk * ldv_) : nullptr;
+          T* colsum = zeroed(sc.colsum, g_.Tk);
+          sc.started.assign(static_cast<std::size_t>(ktiles), 0);
+          TileWeights<T> w;
+          for (index_t h = hk * g_.group(); h < (hk + 1) * g_.group(); ++h)
+            for (index_t i0 = 0; i0 < g_.Tq; i0 += attn_query_tile) {
+              const index_t br = std::min(attn_query_tile, g_.Tq - i0);
+              T* dq = x_.dq ? sized(sc.dq, br * ldk_) : nullptr;
+              bool q_started = false;
+              for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
+                const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
+                if (!tile_weights(sc, t, w)) continue;
+                unsigned char& kv_started = sc.started[tile_index(j0)];
+                accumulate(sc, t, w,
+                           {dk ? dk + j0 * ldk_ : nullptr, dv ? dv + j0 * ldv_ : nullptr,
+                            colsum + j0, dq, kv_started != 0, q_started});
+                kv_started = 1;
+                q_started = true;
+              }
+              if (q_started) write_q(b, h, i0, br, dq);
+            }
+          for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile)
+            if (sc.started[tile_index(j0)])
+              write_kv(b, hk, j0, std::min(attn_key_tile, g_.Tk - j0),
+                       dk ? dk + j0 * ldk_ : nullptr, dv ? dv + j0 * ldv_ : nullptr, colsum + j0);
+        });
+  }
+
+  // The first walk of the two-pass backward: dQ, one task per query tile.
+  void by_query_tile() const {
+    if (!x_.dq) return;
+    const index_t qtiles = block_count(g_.Tq, attn_query_tile);
+    parallel_for(g_.B * g_.H * qtiles, tile_cost() * double(key_tiles()), [&](index_t task) {
+      const index_t qt = task % qtiles, bh = task / qtiles, h = bh % g_.H, b = bh / g_.H;
+      const index_t i0 = qt * attn_query_tile, br = std::min(attn_query_tile, g_.Tq - i0);
+      AttentionScratch<T>& sc = scratch();
+      T* dq = sized(sc.dq, br * ldk_);
+      bool q_started = false;
+      TileWeights<T> w;
+      for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
+        const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
+        if (!tile_weights(sc, t, w)) continue;
+        accumulate(sc, t, w, {nullptr, nullptr, nullptr, dq, false, q_started});
+        q_started = true;
+      }
+      if (q_started) write_q(b, h, i0, br, dq);
+    });
+  }
+
+  // The second walk of the two-pass backward: dK and dV, one task per key tile.
+  void by_key_tile() const {
+    if (!x_.dk && !x_.dv) return;
+    const index_t ktiles = key_tiles();
+    parallel_for(
+        g_.B * g_.Hk * ktiles,
+        tile_cost() * double(block_count(g_.Tq, attn_query_tile) * g_.group()), [&](index_t task) {
+          const index_t kt = task % ktiles, bh = task / ktiles, hk = bh % g_.Hk, b = bh / g_.Hk;
+          const index_t j0 = kt * attn_key_tile, bc = std::min(attn_key_tile, g_.Tk - j0);
+          AttentionScratch<T>& sc = scratch();
+          T* dk = x_.dk ? sized(sc.dk, bc * ldk_) : nullptr;
+          T* dv = x_.dv ? sized(sc.dv, bc * ldv_) : nullptr;
+          T* colsum = zeroed(sc.colsum, bc);
+          bool kv_started = false;
+          TileWeights<T> w;
+          for (index_t h = hk * g_.group(); h < (hk + 1) * g_.group(); ++h)
+            for (index_t i0 = 0; i0 < g_.Tq; i0 += attn_query_tile) {
+              const BackwardTile t{b, h, i0, std::min(attn_query_tile, g_.Tq - i0), j0, bc};
+              if (!tile_weights(sc, t, w)) continue;
+              accumulate(sc, t, w, {dk, dv, colsum, nullptr, kv_started, false});
+              kv_started = true;
+            }
+          if (kv_started) write_kv(b, hk, j0, bc, dk, dv, colsum);
+        });
+  }
+
+ private:
+  static constexpr index_t lds = attn_key_tile;
+
+  index_t key_tiles() const { return block_count(g_.Tk, attn_key_tile); }
+  static std::size_t tile_index(index_t j0) { return static_cast<std::size_t>(j0 / attn_key_tile); }
+  double tile_cost() const {
+    return 8.0 * double(attn_query_tile) * double(attn_key_tile) * double(g_.Dh + g_.Dv);
+  }
+
+  // This thread's scratch, sized for one tile.
+  static AttentionScratch<T>& scratch() {
+    AttentionScratch<T>& sc = attention_scratch<T>();
+    sc.s.resize(static_cast<std::size_t>(attn_query_tile * lds));
+    sc.dp.resize(static_cast<std::size_t>(attn_query_tile * lds));
+    sc.pm.resize(static_cast<std::size_t>(attn_query_tile * lds));
+    sc.rmax.resize(static_cast<std::size_t>(attn_query_tile));
+    return sc;
+  }
+
+  // Pass 2: P into w and dS into sc.dp for tile t; false if the mask rules the tile out.
+  bool tile_weights(AttentionScratch<T>& sc, const BackwardTile& t, TileWeights<T>& w) const {
+    constexpr T ninf = -std::numeric_limits<T>::infinity();
+    const index_t row0 = g_.row(t.b, t.h, t.i0);
+    w.blocks = scores_.blocks(t.b, t.i0, t.br, t.j0, t.bc);
+    if (w.blocks.kind == TileKind::none) return false;
+    if (x_.kept) {
+      w.p = x_.kept + row0 * g_.Tk + t.j0;
+      w.ldp = g_.Tk;
+    } else {
+      scores_(t.b, t.h, t.i0, t.br, t.j0, t.bc, sc.s.data(), lds, sc.rmax.data(), w.blocks);
+      for (index_t i = 0; i < t.br; ++i) {
+        T* row = sc.s.data() + i * lds;
+        if (x_.lse[row0 + i] == ninf)
+          std::fill_n(row, t.bc, T{0});
+        else
+          exp_row_sum(row, t.bc, x_.lse[row0 + i]);
+      }
+      w.p = sc.s.data();
+      w.ldp = lds;
+    }
+    T* dp = sc.dp.data();  // dP = dO Vᵀ
+    live_tile_product(w.blocks, g_.Dv, x_.dout + g_.o_off(t.b, t.h, t.i0), g_.Dv, index_t{1},
+                      vt_.panel(g_, t.b, t.h / g_.group(), t.j0), attn_key_tile, dp, lds);
+    w.pv = w.p;
+    w.ldpv = w.ldp;
+    if (dropout_.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
+      for (index_t i = 0; i < t.br; ++i)  // dP ∘ M in place, P ∘ M into pm: one mask
+        drop_.apply(dp + i * lds, dp + i * lds, w.p + i * w.ldp, sc.pm.data() + i * lds, t.bc,
+                    static_cast<std::uint64_t>((row0 + i) * g_.Tk + t.j0));
+      w.pv = sc.pm.data();
+      w.ldpv = lds;
+    }
+    for (index_t i = 0; i < t.br; ++i)
+      softmax_grad_row(w.p + i * w.ldp, dp + i * lds, t.bc, x_.D[row0 + i]);
+    return true;
+  }
+
+  // Pass 3: the products of tile t's dS (sc.dp) and P into the sums.
+  void accumulate(const AttentionScratch<T>& sc, const BackwardTile& t, const TileWeights<T>& w,
+                  const TileSums<T>& sum) const {
+    const T* ds = sc.dp.data();
+    const index_t row0 = g_.row(t.b, t.h, t.i0);
+    if (sum.dv)  // dV_j += Pᵀ dO_i
+      live_weights_product(w.blocks, true, g_.Dv, w.pv, index_t{1}, w.ldpv, dO_.row(row0), dO_.ld,
+                           sum.dv, ldv_, sum.kv_add);
+    if (sum.dk) {  // dK_j += dSᵀ Q_i
+      live_weights_product(w.blocks, true, g_.Dh, ds, index_t{1}, lds, Q_.row(row0), Q_.ld, sum.dk,
+                           ldk_, sum.kv_add);
+      if constexpr (Score::beta_k != 0)
+        for (index_t i = 0; i < t.br; ++i)
+          for (index_t j = 0; j < t.bc; ++j) sum.colsum[j] += ds[i * lds + j];
+    }
+    if (sum.dq)  // dQ_i += dS K_j
+      live_weights_product(w.blocks, false, g_.Dh, ds, lds, index_t{1},
+                           K_.row(g_.k_row(t.b, t.h / g_.group(), t.j0)), K_.ld, sum.dq, ldk_,
+                           sum.q_add);
+  }
+
+  // Pass 4: dQ rows [i0, i0 + br) of head (b, h) += alpha dq.
+  void write_q(index_t b, index_t h, index_t i0, index_t br, const T* dq) const {
+    if (x_.dq) add_rows(x_.dq + g_.q_off(b, h, i0), dq, br, g_.Dh, ldk_, alpha_);
+  }
+
+  // Pass 4: dK rows [j0, j0 + bc) of head (b, hk) += alpha dk + 2 beta_k colsum ∘ k; dV rows
+  // += dv.
+  void write_kv(index_t b, index_t hk, index_t j0, index_t bc, const T* dk, const T* dv,
+                const T* colsum) const {
+    if (x_.dk) {
+      T* dst = x_.dk + g_.k_off(b, hk, j0);
+      add_rows(dst, dk, bc, g_.Dh, ldk_, alpha_);
+      if constexpr (Score::beta_k != 0) {
+        const T* kr = x_.k + g_.k_off(b, hk, j0);
+        for (index_t j = 0; j < bc; ++j)
+          for (index_t c = 0; c < g_.Dh; ++c)
+            dst[j * g_.Dh + c] += T(2 * Score::beta_k) * colsum[j] * kr[j * g_.Dh + c];
+      }
+    }
+    if (x_.dv) add_rows(x_.dv + g_.v_off(b, hk, j0), dv, bc, g_.Dv, ldv_, T{1});
+  }
+
+  const AttentionGeometry& g_;
+  Operands x_;
+  const AttentionDropout& dropout_;
+  DropoutMask drop_;
+  T alpha_;
+  index_t ldk_, ldv_;
+  AttentionLayout<T>& layout_;
+  ScoreTiles<T, Score, Mask> scores_;
+  KeyPanels<T> vt_;
+  RowsView<T> K_, Q_, dO_;
+};
+
 template <ScorePolicy Score, MaskPolicy Mask>
 struct OnlineSoftmaxOp {
   std::int32_t q, k, v;
@@ -54,217 +321,34 @@ struct OnlineSoftmaxOp {
 
   // With P = exp(S − lse) and D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = alpha dS K,
-  //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k.
-  // Single pass: one task per (b, key/value head) walks every tile of its query heads once,
-  // computing P and dS once per tile; it owns the dK, dV rows of its head and the dQ rows of
-  // its query heads, so no two tasks write the same row and the sums run in a fixed order.
-  // Two passes: dQ by query tile, then dK and dV by key tile (P and dS computed twice).
+  //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k,
+  // by the passes of FusedBackward in one walk or two (single_pass).
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
-    const T* qv = tape.value(q).data();
-    const T* kv = tape.value(k).data();
-    const T* vv = tape.value(v).data();
-    const T* ov = self.value->data();
-    const T* dov = self.grad->data();
-    const T* lse = self.saved[0].data();
-    const T* kept = saved_weights ? self.saved[2].data() : nullptr;
     self.saved[1].resize(Shape{g.B * g.H * g.Tq});
-    T* D = self.saved[1].data();
-    parallel_for(g.B * g.H * g.Tq, double(g.Dv) * 2, [&](index_t r) {
-      T s = 0;
-      for (index_t d = 0; d < g.Dv; ++d) s += dov[r * g.Dv + d] * ov[r * g.Dv + d];
-      D[r] = s;
-    });
-    const bool need_q = tape.requires_grad(q), need_k = tape.requires_grad(k),
-               need_v = tape.requires_grad(v);
-    T* dq = need_q ? tape.grad(q).data() : nullptr;
-    T* dk = need_k ? tape.grad(k).data() : nullptr;
-    T* dv = need_v ? tape.grad(v).data() : nullptr;
-    const T alpha = static_cast<T>(score.alpha(g.Dh));
-    constexpr T ninf = -std::numeric_limits<T>::infinity();
-    constexpr index_t lds = attn_key_tile;
-    const index_t ldk = packet_round<T>(g.Dh), ldv = packet_round<T>(g.Dv);
-    const DropoutMask drop = dropout.mask();
-
-    AttentionLayout<T>& layout = attention_layout<T>();
-    const ScoreTiles<T, Score, Mask> scores =
-        kept ? ScoreTiles<T, Score, Mask>{score, *mask, g, qv, {}, nullptr, alpha}
-             : make_score_tiles(score, *mask, g, qv, kv, layout);
-    const KeyPanels<T> vt = pack_key_panels(vv, g, g.Dv, layout.vt);
-    const RowsView<T> K = need_q ? padded_rows(kv, g.B * g.Hk * g.key_rows(), g.Dh, layout.kpad)
-                                 : RowsView<T>{kv, g.Dh};
-    const RowsView<T> Q =
-        need_k ? padded_rows(qv, g.B * g.H * g.Tq, g.Dh, layout.qpad) : RowsView<T>{qv, g.Dh};
-    const RowsView<T> dO =
-        need_v ? padded_rows(dov, g.B * g.H * g.Tq, g.Dv, layout.dopad) : RowsView<T>{dov, g.Dv};
-
-    // P (into p, rows ldp apart; p ∘ mask / (1 − p) into pv for dV when dropping) and dS into
-    // sc.dp for one tile; false if the mask rules the tile out.
-    struct TileGrads {
-      const T *p, *pv;
-      index_t ldp, ldpv;
-      TileBlocks blocks;
+    auto grad_of = [&](std::int32_t i) {
+      return tape.requires_grad(i) ? tape.grad(i).data() : nullptr;
     };
-    auto ds_tile = [&](AttentionScratch<T>& sc, index_t b, index_t h, index_t i0, index_t br,
-                       index_t j0, index_t bc, TileGrads& t) {
-      const index_t row0 = g.row(b, h, i0);
-      t.blocks = scores.blocks(b, i0, br, j0, bc);
-      if (t.blocks.kind == TileKind::none) return false;
-      if (kept) {
-        t.p = kept + row0 * g.Tk + j0;
-        t.ldp = g.Tk;
-      } else {
-        scores(b, h, i0, br, j0, bc, sc.s.data(), lds, sc.rmax.data(), t.blocks);
-        for (index_t i = 0; i < br; ++i) {
-          T* row = sc.s.data() + i * lds;
-          if (lse[row0 + i] == ninf)
-            std::fill_n(row, bc, T{0});
-          else
-            exp_row_sum(row, bc, lse[row0 + i]);
-        }
-        t.p = sc.s.data();
-        t.ldp = lds;
-      }
-      T* dp = sc.dp.data();
-      live_tile_product(t.blocks, g.Dv, dov + g.o_off(b, h, i0), g.Dv, index_t{1},
-                        vt.panel(g, b, h / g.group(), j0), attn_key_tile, dp, lds);
-      t.pv = t.p;
-      t.ldpv = t.ldp;
-      if (dropout.active()) {  // O = (P ∘ M) V: dV = (P ∘ M)ᵀ dO and dP = M ∘ (dO Vᵀ)
-        for (index_t i = 0; i < br; ++i)  // dP ∘ M in place, P ∘ M into pm: one mask
-          drop.apply(dp + i * lds, dp + i * lds, t.p + i * t.ldp, sc.pm.data() + i * lds, bc,
-                     static_cast<std::uint64_t>((row0 + i) * g.Tk + j0));
-        t.pv = sc.pm.data();
-        t.ldpv = lds;
-      }
-      for (index_t i = 0; i < br; ++i)
-        softmax_grad_row(t.p + i * t.ldp, dp + i * lds, bc, D[row0 + i]);
-      return true;
-    };
-    auto prepare = [&](AttentionScratch<T>& sc) {
-      sc.s.resize(static_cast<std::size_t>(attn_query_tile * lds));
-      sc.dp.resize(static_cast<std::size_t>(attn_query_tile * lds));
-      sc.pm.resize(static_cast<std::size_t>(attn_query_tile * lds));
-      sc.rmax.resize(static_cast<std::size_t>(attn_query_tile));
-    };
-    // dK rows [j0, j0 + bc) of head (b, hk) += alpha dk + 2 beta_k colsum ∘ k; dV rows += dv.
-    auto write_kv = [&](index_t b, index_t hk, index_t j0, index_t bc, const T* dk_acc,
-                        const T* dv_acc, const T* colsum) {
-      if (dk) {
-        T* dst = dk + g.k_off(b, hk, j0);
-        add_rows(dst, dk_acc, bc, g.Dh, ldk, alpha);
-        if constexpr (Score::beta_k != 0) {
-          const T* kr = kv + g.k_off(b, hk, j0);
-          for (index_t j = 0; j < bc; ++j)
-            for (index_t c = 0; c < g.Dh; ++c)
-              dst[j * g.Dh + c] += T(2 * Score::beta_k) * colsum[j] * kr[j * g.Dh + c];
-        }
-      }
-      if (dv) add_rows(dv + g.v_off(b, hk, j0), dv_acc, bc, g.Dv, ldv, T{1});
-    };
-    // The products of one tile's dS (sc.dp) and P into the accumulators (null: not needed);
-    // kv_add / q_add false: the accumulators hold nothing yet, so the product is written.
-    auto accumulate = [&](AttentionScratch<T>& sc, const TileGrads& t, index_t b, index_t h,
-                          index_t i0, index_t br, index_t j0, index_t bc, T* dk_acc, T* dv_acc,
-                          T* colsum, T* dq_acc, bool kv_add, bool q_add) {
-      const T* ds = sc.dp.data();
-      const index_t row0 = g.row(b, h, i0);
-      if (dv_acc)  // dV_j += Pᵀ dO_i
-        live_weights_product(t.blocks, true, g.Dv, t.pv, index_t{1}, t.ldpv, dO.row(row0), dO.ld,
-                             dv_acc, ldv, kv_add);
-      if (dk_acc) {  // dK_j += dSᵀ Q_i
-        live_weights_product(t.blocks, true, g.Dh, ds, index_t{1}, lds, Q.row(row0), Q.ld, dk_acc,
-                             ldk, kv_add);
-        if constexpr (Score::beta_k != 0)
-          for (index_t i = 0; i < br; ++i)
-            for (index_t j = 0; j < bc; ++j) colsum[j] += ds[i * lds + j];
-      }
-      if (dq_acc)  // dQ_i += dS K_j
-        live_weights_product(t.blocks, false, g.Dh, ds, lds, index_t{1},
-                             K.row(g.k_row(b, h / g.group(), j0)), K.ld, dq_acc, ldk, q_add);
-    };
-    const index_t qtiles = block_count(g.Tq, attn_query_tile),
-                  ktiles = block_count(g.Tk, attn_key_tile);
-    const double tile_cost =
-        8.0 * double(attn_query_tile) * double(attn_key_tile) * double(g.Dh + g.Dv);
-    const bool kv_grads = dk != nullptr || dv != nullptr;
-
+    const typename FusedBackward<T, Score, Mask>::Operands x{
+        tape.value(q).data(),
+        tape.value(k).data(),
+        tape.value(v).data(),
+        self.value->data(),
+        self.grad->data(),
+        self.saved[0].data(),
+        saved_weights ? self.saved[2].data() : nullptr,
+        grad_of(q),
+        grad_of(k),
+        grad_of(v),
+        self.saved[1].data()};
+    const FusedBackward<T, Score, Mask> passes(g, score, *mask, dropout, x);
+    passes.row_terms();
     if (single_pass) {
-      parallel_for(g.B * g.Hk, tile_cost * double(qtiles * ktiles * g.group()), [&](index_t task) {
-        const index_t hk = task % g.Hk, b = task / g.Hk;
-        AttentionScratch<T>& sc = attention_scratch<T>();
-        prepare(sc);
-        T* dk_acc = dk ? sized(sc.dk, g.Tk * ldk) : nullptr;
-        T* dv_acc = dv ? sized(sc.dv, g.Tk * ldv) : nullptr;
-        T* colsum = zeroed(sc.colsum, g.Tk);
-        sc.started.assign(static_cast<std::size_t>(ktiles), 0);
-        TileGrads t{};
-        for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
-          for (index_t i0 = 0; i0 < g.Tq; i0 += attn_query_tile) {
-            const index_t br = std::min(attn_query_tile, g.Tq - i0);
-            T* dq_acc = dq ? sized(sc.dq, br * ldk) : nullptr;
-            bool q_started = false;
-            for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
-              const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-              if (!ds_tile(sc, b, h, i0, br, j0, bc, t)) continue;
-              unsigned char& kv_started = sc.started[static_cast<std::size_t>(j0 / attn_key_tile)];
-              accumulate(sc, t, b, h, i0, br, j0, bc, dk_acc ? dk_acc + j0 * ldk : nullptr,
-                         dv_acc ? dv_acc + j0 * ldv : nullptr, colsum + j0, dq_acc, kv_started != 0,
-                         q_started);
-              kv_started = 1;
-              q_started = true;
-            }
-            if (dq && q_started) add_rows(dq + g.q_off(b, h, i0), dq_acc, br, g.Dh, ldk, alpha);
-          }
-        if (kv_grads)
-          for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile)
-            if (sc.started[static_cast<std::size_t>(j0 / attn_key_tile)])
-              write_kv(b, hk, j0, std::min(attn_key_tile, g.Tk - j0),
-                       dk_acc ? dk_acc + j0 * ldk : nullptr, dv_acc ? dv_acc + j0 * ldv : nullptr,
-                       colsum + j0);
-      });
-      return;
+      passes.by_key_head();
+    } else {
+      passes.by_query_tile();
+      passes.by_key_tile();
     }
-    if (dq) {
-      parallel_for(g.B * g.H * qtiles, tile_cost * double(ktiles), [&](index_t task) {
-        const index_t qt = task % qtiles, bh = task / qtiles, h = bh % g.H, b = bh / g.H;
-        const index_t i0 = qt * attn_query_tile, br = std::min(attn_query_tile, g.Tq - i0);
-        AttentionScratch<T>& sc = attention_scratch<T>();
-        prepare(sc);
-        T* dq_acc = sized(sc.dq, br * ldk);
-        bool q_started = false;
-        TileGrads t{};
-        for (index_t j0 = 0; j0 < g.Tk; j0 += attn_key_tile) {
-          const index_t bc = std::min(attn_key_tile, g.Tk - j0);
-          if (!ds_tile(sc, b, h, i0, br, j0, bc, t)) continue;
-          accumulate(sc, t, b, h, i0, br, j0, bc, nullptr, nullptr, nullptr, dq_acc, false,
-                     q_started);
-          q_started = true;
-        }
-        if (q_started) add_rows(dq + g.q_off(b, h, i0), dq_acc, br, g.Dh, ldk, alpha);
-      });
-    }
-    if (!kv_grads) return;
-    parallel_for(g.B * g.Hk * ktiles, tile_cost * double(qtiles * g.group()), [&](index_t task) {
-      const index_t kt = task % ktiles, bh = task / ktiles, hk = bh % g.Hk, b = bh / g.Hk;
-      const index_t j0 = kt * attn_key_tile, bc = std::min(attn_key_tile, g.Tk - j0);
-      AttentionScratch<T>& sc = attention_scratch<T>();
-      prepare(sc);
-      T* dk_acc = dk ? sized(sc.dk, bc * ldk) : nullptr;
-      T* dv_acc = dv ? sized(sc.dv, bc * ldv) : nullptr;
-      T* colsum = zeroed(sc.colsum, bc);
-      bool kv_started = false;
-      TileGrads t{};
-      for (index_t h = hk * g.group(); h < (hk + 1) * g.group(); ++h)
-        for (index_t i0 = 0; i0 < g.Tq; i0 += attn_query_tile) {
-          const index_t br = std::min(attn_query_tile, g.Tq - i0);
-          if (!ds_tile(sc, b, h, i0, br, j0, bc, t)) continue;
-          accumulate(sc, t, b, h, i0, br, j0, bc, dk_acc, dv_acc, colsum, nullptr, kv_started,
-                     false);
-          kv_started = true;
-        }
-      if (kv_started) write_kv(b, hk, j0, bc, dk_acc, dv_acc, colsum);
-    });
   }
 };
 
