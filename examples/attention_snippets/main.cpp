@@ -212,6 +212,24 @@ void weights() {
   (void)o;
 }
 
+void partials() {
+  attn::Rng rng(13);
+  attn::Tape<float> tape;
+  const attn::Var<float> q = randn(tape, rng, {1, 2, 8, 4});
+  const attn::Var<float> k1 = randn(tape, rng, {1, 2, 150, 4}),
+                         v1 = randn(tape, rng, {1, 2, 150, 4});
+  const attn::Var<float> k2 = randn(tape, rng, {1, 2, 50, 4}), v2 = randn(tape, rng, {1, 2, 50, 4});
+  // [doc:partials]
+  // Keys and values in two chunks: each chunk's partial, merged, is the attention over both.
+  attn::Attention<attn::score::ScaledDot> op;
+  attn::AttentionPartial<float> a = op.partial(q, k1, v1), b = op.partial(q, k2, v2);
+  attn::AttentionPartial<float> ab = attn::merge_attention(a, b);  // exact, differentiable
+  attn::Var<float> whole = op(q, attn::concat({k1, k2}, 2), attn::concat({v1, v2}, 2));
+  std::printf("partials: lse%s, max |merged - whole| = %.1e\n", ab.lse.shape().str().c_str(),
+              attn::max_abs_diff(ab.output.value(), whole.value()));
+  // [end]
+}
+
 void paths() {
   attn::Rng rng(7);
   attn::Tape<float> tape;
@@ -410,6 +428,7 @@ int main() {
   left_padding();
   empty_rows();
   weights();
+  partials();
   paths();
   grouped_query();
   dropout();

@@ -4,6 +4,8 @@
 // Does not run PyTorch: tests/attention/torch_reference.py wrote data/torch_parity.txt once.
 #include <doctest/doctest.h>
 
+#include "../torch_reference_file.hpp"
+
 #include <attn/attention/multi_head.hpp>
 #include <attn/attention/reference.hpp>
 #include <attn/attn.hpp>
@@ -25,82 +27,22 @@ namespace {
 constexpr double tolerance = 1e-5;  // max |attn − torch| allowed for every output and gradient
 constexpr const char* format_line = "attn-torch-parity 1";
 
-// ---- the reference file (format described in torch_reference.py) -------------------------------
+using torch_reference::cat;
+using torch_reference::ReferenceFile;
+using torch_reference::verbose;
 
-struct ReferenceFile {
-  std::map<std::string, Tensor<double>> tensors;
-  std::string error;  // empty when the whole file was read and is well formed
-};
-
-template <class... A>
-std::string cat(const A&... a) {
-  std::ostringstream s;
-  s.precision(17);
-  (s << ... << a);
-  return s.str();
-}
-
-// Reads `in` (named `source` in messages). Never throws: a problem is reported in `error`.
 ReferenceFile parse_reference(std::istream& in, const std::string& source) {
-  ReferenceFile file;
-  auto fail = [&](long line, const std::string& what) {
-    file.tensors.clear();
-    file.error = cat(source, ":", line, ": ", what);
-    return file;
-  };
-  std::string text;
-  long line = 0;
-  if (!std::getline(in, text)) return fail(1, "empty or unreadable file");
-  ++line;
-  if (text != format_line)
-    return fail(line,
-                cat("first line is '", text.substr(0, 40), "', expected '", format_line, "'"));
-  bool ended = false;
-  while (std::getline(in, text)) {
-    ++line;
-    if (text.empty() || text[0] == '#') continue;
-    if (ended) return fail(line, "content after the 'end' line");
-    std::istringstream fields(text);
-    std::string name;
-    fields >> name;
-    if (name == "end") {
-      long count = -1;
-      if (!(fields >> count) || count != static_cast<long>(file.tensors.size()))
-        return fail(line, cat("'end' line does not match the ", file.tensors.size(),
-                              " tensors read (truncated or edited file?)"));
-      ended = true;
-      continue;
-    }
-    int rank = -1;
-    if (!(fields >> rank) || rank < 0 || rank > Shape::max_rank)
-      return fail(line, cat("tensor '", name, "': bad rank"));
-    std::vector<index_t> dims(static_cast<std::size_t>(rank));
-    for (index_t& d : dims)
-      if (!(fields >> d) || d < 0) return fail(line, cat("tensor '", name, "': bad dimension"));
-    const Shape shape{std::span<const index_t>(dims)};
-    std::vector<double> values(static_cast<std::size_t>(shape.numel()));
-    for (double& v : values)
-      if (!(fields >> v) || !std::isfinite(v))
-        return fail(line, cat("tensor '", name, "' ", shape, ": missing or bad value"));
-    std::string extra;
-    if (fields >> extra)
-      return fail(line, cat("tensor '", name, "' ", shape, ": more values than its shape holds"));
-    if (!file.tensors.emplace(name, Tensor<double>(shape, std::span<const double>(values))).second)
-      return fail(line, cat("tensor '", name, "' appears twice"));
-  }
-  if (!ended) return fail(line, "no 'end' line (truncated file?)");
-  return file;
+  return torch_reference::parse_reference(in, source, format_line);
 }
 
 ReferenceFile load_reference(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    ReferenceFile file;
-    file.error = cat(path, ": cannot open (regenerate with /usr/bin/python3 ",
-                     "tests/attention/torch_reference.py)");
-    return file;
-  }
-  return parse_reference(in, path);
+  return torch_reference::load_reference(path, format_line,
+                                         "/usr/bin/python3 tests/attention/torch_reference.py");
+}
+
+void check_close(const std::string& what, const Tensor<double>& actual,
+                 const Tensor<double>& expected) {
+  torch_reference::check_close(what, actual, expected, tolerance);
 }
 
 const ReferenceFile& reference() {
@@ -116,51 +58,6 @@ const Tensor<double>& need(const std::string& name) {
   const auto it = file.tensors.find(name);
   REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
   return it->second;
-}
-
-// ---- comparison
-// ----------------------------------------------------------------------------------
-
-// Prints every max difference when ATTN_PARITY_VERBOSE is set (for reports).
-bool verbose() {
-  static const bool on = std::getenv("ATTN_PARITY_VERBOSE") != nullptr;
-  return on;
-}
-
-std::string index_string(const Shape& s, index_t flat) {
-  std::vector<index_t> idx(static_cast<std::size_t>(s.rank()));
-  for (int a = s.rank() - 1; a >= 0; --a) {
-    idx[static_cast<std::size_t>(a)] = flat % s[a];
-    flat /= s[a];
-  }
-  std::string r = "[";
-  for (std::size_t a = 0; a < idx.size(); ++a) r += (a ? ", " : "") + std::to_string(idx[a]);
-  return r + "]";
-}
-
-// Fails (naming `what`) unless actual and expected have one shape and differ by at most
-// `tolerance` everywhere; a NaN or infinity in `actual` fails too.
-void check_close(const std::string& what, const Tensor<double>& actual,
-                 const Tensor<double>& expected) {
-  if (actual.shape() != expected.shape()) {
-    FAIL_CHECK(what, ": attn shape ", actual.shape(), " but torch shape ", expected.shape());
-    return;
-  }
-  double worst = 0.0;
-  index_t at = -1;
-  for (index_t i = 0; i < actual.numel(); ++i) {
-    const double d = std::abs(actual[i] - expected[i]);
-    if (!(d <= worst)) {  // also true for NaN, which then stays the worst
-      worst = d;
-      at = i;
-      if (std::isnan(d)) break;
-    }
-  }
-  if (verbose()) std::cout << "  " << what << ": max |attn - torch| = " << worst << "\n";
-  if (worst <= tolerance) return;
-  FAIL_CHECK(what, ": max |attn - torch| = ", worst, " > ", tolerance, " at ",
-             index_string(actual.shape(), at), " (attn ", cat(actual[at]), ", torch ",
-             cat(expected[at]), ")");
 }
 
 // Rows [r0, r1) of a rank-1 or rank-2 tensor.

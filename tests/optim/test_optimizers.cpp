@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../test_util.hpp"
+#include "../torch_reference_file.hpp"
 
 using attn::index_t;
 using attn::Parameter;
@@ -34,71 +35,13 @@ constexpr const char* format_line = "attn-torch-optim 1";
 constexpr int steps = 12;
 const char* const param_names[] = {"w", "e", "b"};
 
-struct ReferenceFile {
-  std::map<std::string, Tensor<double>> tensors;
-  std::string error;  // empty when the whole file was read and is well formed
-};
-
-template <class... A>
-std::string cat(const A&... a) {
-  std::ostringstream s;
-  s.precision(17);
-  (s << ... << a);
-  return s.str();
-}
-
-ReferenceFile load_reference(const std::string& path) {
-  ReferenceFile file;
-  auto fail = [&](long line, const std::string& what) {
-    file.tensors.clear();
-    file.error = cat(path, ":", line, ": ", what,
-                     " (regenerate with /usr/bin/python3 tests/optim/torch_optim_reference.py)");
-    return file;
-  };
-  std::ifstream in(path);
-  if (!in) return fail(0, "cannot open");
-  std::string text;
-  long line = 1;
-  if (!std::getline(in, text) || text != format_line)
-    return fail(line, cat("first line is not '", format_line, "'"));
-  bool ended = false;
-  while (std::getline(in, text)) {
-    ++line;
-    if (text.empty() || text[0] == '#') continue;
-    if (ended) return fail(line, "content after the 'end' line");
-    std::istringstream fields(text);
-    std::string name;
-    fields >> name;
-    if (name == "end") {
-      long count = -1;
-      if (!(fields >> count) || count != static_cast<long>(file.tensors.size()))
-        return fail(line, "'end' count does not match the tensors read (truncated file?)");
-      ended = true;
-      continue;
-    }
-    int rank = -1;
-    if (!(fields >> rank) || rank < 0 || rank > Shape::max_rank)
-      return fail(line, cat("tensor '", name, "': bad rank"));
-    std::vector<index_t> dims(static_cast<std::size_t>(rank));
-    for (index_t& d : dims)
-      if (!(fields >> d) || d < 0) return fail(line, cat("tensor '", name, "': bad dimension"));
-    const Shape shape{std::span<const index_t>(dims)};
-    std::vector<double> values(static_cast<std::size_t>(shape.numel()));
-    for (double& v : values)
-      if (!(fields >> v) || !std::isfinite(v))
-        return fail(line, cat("tensor '", name, "': missing or bad value"));
-    std::string extra;
-    if (fields >> extra) return fail(line, cat("tensor '", name, "': too many values"));
-    if (!file.tensors.emplace(name, Tensor<double>(shape, std::span<const double>(values))).second)
-      return fail(line, cat("tensor '", name, "' appears twice"));
-  }
-  if (!ended) return fail(line, "no 'end' line (truncated file?)");
-  return file;
-}
+using torch_reference::cat;
+using torch_reference::ReferenceFile;
 
 const Tensor<double>& need(const std::string& name) {
-  static const ReferenceFile file =
-      load_reference(std::string(ATTN_TESTS_SOURCE_DIR) + "/optim/data/torch_optim.txt");
+  static const ReferenceFile file = torch_reference::load_reference(
+      std::string(ATTN_TESTS_SOURCE_DIR) + "/optim/data/torch_optim.txt", format_line,
+      "/usr/bin/python3 tests/optim/torch_optim_reference.py");
   REQUIRE_MESSAGE(file.error.empty(), file.error);
   const auto it = file.tensors.find(name);
   REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");

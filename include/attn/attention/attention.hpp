@@ -5,6 +5,7 @@
 //   feature maps, mask None, Causal,
 //     key-only masks and And of those -> linear attention, O(T F Dv) (masked keys dropped)
 //   feature maps, other masks        -> materialised weights of φ(q)·φ(k)
+// op.partial(q, k, v) gives a softmax attention's output with its log-sum-exp (partials.hpp).
 // op.materialized(q, k, v) runs the materialised path for any combination (the plain-GEMM
 // implementation the fast paths are compared with); it is compiled only where it is called.
 // Does not project or split heads; MultiHeadAttention (multi_head.hpp) does.
@@ -74,6 +75,18 @@ struct Attention {
       return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward, key_length);
     else
       return materialized(q, k, v, weights);
+  }
+
+  // The softmax attention as a partial result: the output and each row's log-sum-exp, both
+  // differentiable (partials.hpp; merge_attention combines partials over disjoint key sets).
+  // The fused path, kernel::Softmax only.
+  template <class T>
+  AttentionPartial<T> partial(const Var<T>& q, const Var<T>& k, const Var<T>& v) const {
+    static_assert(
+        std::is_same_v<Kernel, kernel::Softmax>,
+        "attn: a partial result (output and log-sum-exp) exists for kernel::Softmax only");
+    check_settings();
+    return online_softmax_attention_partial(q, k, v, score, mask, dropout, backward, key_length);
   }
 
   // The same attention on the materialised path, for every kernel: all Tq x Tk weights formed,

@@ -13,6 +13,7 @@
 #include "../autodiff/autodiff.hpp"
 #include "../core/parallel.hpp"
 #include "kernel_common.hpp"
+#include "partials.hpp"
 #include "score_tiles.hpp"
 #include "tile_layout.hpp"
 
@@ -81,6 +82,7 @@ class FusedBackward {
  public:
   struct Operands {
     const T *q, *k, *v, *o, *dout, *lse, *kept;  // kept: the saved weights, or null
+    const T* dlse;                               // the log-sum-exp's gradient, or null
     T *dq, *dk, *dv, *D;                         // null gradients are not needed; D [B·H·Tq]
   };
 
@@ -103,12 +105,13 @@ class FusedBackward {
         dO_(x.dv ? padded_rows(x.dout, g.B * g.H * g.Tq, g.Dv, layout_.dopad)
                  : RowsView<T>{x.dout, g.Dv}) {}
 
-  // Pass 1: D = rowsum(dO ∘ O).
+  // Pass 1: D = rowsum(dO ∘ O) − dlse (d lse_i / d s_ij = P_ij, so a gradient of the
+  // log-sum-exp joins dS = P ∘ (dP − D) through D).
   void row_terms() const {
     parallel_for(g_.B * g_.H * g_.Tq, double(g_.Dv) * 2, [&](index_t r) {
       T s = 0;
       for (index_t d = 0; d < g_.Dv; ++d) s += x_.dout[r * g_.Dv + d] * x_.o[r * g_.Dv + d];
-      x_.D[r] = s;
+      x_.D[r] = x_.dlse ? s - x_.dlse[r] : s;
     });
   }
 
@@ -316,13 +319,16 @@ struct OnlineSoftmaxOp {
   const Mask* mask;  // owned by self.keep
   bool saved_weights;
   bool single_pass;
+  bool partial;  // the log-sum-exp is an output too (partials.hpp)
   // self.saved[0]: log-sum-exp per query row [B, H, Tq]; self.saved[1]: D = rowsum(dO ∘ O);
-  // self.saved[2]: the weights P [B, H, Tq, Tk] when saved_weights.
+  // self.saved[2]: the weights P [B, H, Tq, Tk] when saved_weights; self.saved[3]: the
+  // log-sum-exp's gradient, when partial and it was used.
 
   // With P = exp(S − lse) and D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = alpha dS K,
   //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k,
-  // by the passes of FusedBackward in one walk or two (single_pass).
+  // (with a gradient of the log-sum-exp, D_i − dlse_i in D_i's place) by the passes of
+  // FusedBackward in one walk or two (single_pass).
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     self.saved[1].resize(Shape{g.B * g.H * g.Tq});
@@ -337,6 +343,7 @@ struct OnlineSoftmaxOp {
         self.grad->data(),
         self.saved[0].data(),
         saved_weights ? self.saved[2].data() : nullptr,
+        partial ? take_second_gradient(self, 3) : nullptr,
         grad_of(q),
         grad_of(k),
         grad_of(v),
@@ -349,6 +356,12 @@ struct OnlineSoftmaxOp {
       passes.by_query_tile();
       passes.by_key_tile();
     }
+    if constexpr (Score::beta_q != 0)  // the log-sum-exp's beta_q ‖q‖²
+      if (x.dlse && x.dq)
+        for (index_t r = 0; r < g.B * g.H * g.Tq; ++r)
+          if (x.lse[r] != -std::numeric_limits<T>::infinity())
+            for (index_t c = 0; c < g.Dh; ++c)
+              x.dq[r * g.Dh + c] += T(2 * Score::beta_q) * x.dlse[r] * x.q[r * g.Dh + c];
   }
 };
 

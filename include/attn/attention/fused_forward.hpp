@@ -11,6 +11,7 @@
 
 #include "../core/parallel.hpp"
 #include "kernel_common.hpp"
+#include "online_softmax_merge.hpp"
 #include "score_tiles.hpp"
 #include "tile_layout.hpp"
 
@@ -20,7 +21,8 @@ namespace detail {
 
 // Forward: o and the per-row log-sum-exp (−∞ for a row with no allowed key), by the online
 // softmax over key tiles (Milakov & Gimelshein): m' = max(m, rowmax S), the old sum and
-// accumulator rescaled by e^{m − m'}. With `keep` ([B, H, Tq, Tk]) it also leaves the weights P
+// accumulator rescaled by e^{m − m'}, by the merge the CUDA block programs share
+// (online_softmax_merge.hpp). With `keep` ([B, H, Tq, Tk]) it also leaves the weights P
 // there for backward: each tile's e^{S − m} is copied out as it is made, and once the row is
 // done multiplied by e^{m − m_final} / l. o and lse are computed the same way either way, so
 // the output does not depend on whether gradients are recorded.
@@ -65,11 +67,14 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
         continue;
       }
       for (index_t i = 0; i < br; ++i) {
+        // The tile's part of the row, exponentiated relative to the new running max m' (so the
+        // tile's weights need no rescaling), merged into the row's state so far.
         const T m_new = std::max(m[i], sc.rmax[static_cast<std::size_t>(i)]);
         const T m_safe = m_new == ninf ? T{0} : m_new;  // nothing allowed yet: the row stays 0
-        const T corr = std::exp(m[i] - m_safe);
-        l[i] = l[i] * corr + exp_row_sum(s + i * lds, bc, m_safe);
-        if (corr != T{1}) scale_row(acc + i * ldv, g.Dv, corr);
+        const SoftmaxPartial<T> tile{m_new, exp_row_sum(s + i * lds, bc, m_safe)};
+        const SoftmaxMerged<T> row = merge(SoftmaxPartial<T>{m[i], l[i]}, tile);
+        l[i] = row.state.sum;
+        if (row.scale_a != T{1}) scale_row(acc + i * ldv, g.Dv, row.scale_a);
         m[i] = m_new;
         if (keep) {
           std::copy_n(s + i * lds, bc, p + i * g.Tk + j0);

@@ -25,6 +25,7 @@
 #include "geometry.hpp"
 #include "kernel_common.hpp"
 #include "mask.hpp"
+#include "partials.hpp"
 #include "score.hpp"
 
 namespace attn {
@@ -52,6 +53,54 @@ inline constexpr bool runs_as_dot_form =
 
 }  // namespace detail
 
+namespace detail {
+
+// The fused attention node (and with `partial` its log-sum-exp as a second output).
+template <ScorePolicy Score, MaskPolicy Mask, class T>
+AttentionPartial<T> fused_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                                    const Score& score, const Mask& mask, Tensor<T>* weights,
+                                    const AttentionDropout& dropout, const AttentionBackward& plan,
+                                    index_t key_length, bool partial) {
+  Tape<T>& tape = q.tape();
+  const AttentionGeometry g = checked_geometry(q, k, v, "attention", key_length);
+  mask.validate(g.B, g.Tq, g.Tk);
+  dropout.check("attention");
+  auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
+                             q.requires_grad() || k.requires_grad() || v.requires_grad());
+  const bool keep = node.requires_grad && save_weights_for_backward(plan, g);
+  node.saved.resize(partial ? 4 : keep ? 3 : 2);
+  node.saved[0].resize(Shape{g.B * g.H * g.Tq});
+  if (keep) node.saved[2].resize(Shape{g.B * g.H * g.Tq * g.Tk});
+  online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
+                         v.value().data(), node.value->data(), node.saved[0].data(),
+                         keep ? node.saved[2].data() : nullptr);
+  if (weights) {
+    weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
+    if (keep)
+      std::copy_n(node.saved[2].data(), weights->numel(), weights->data());
+    else
+      online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
+                             node.saved[0].data(), weights->data());
+  }
+  if (node.requires_grad) {
+    const Mask* stored = node.template keep_value<Mask>(mask);
+    tape.set_backward(
+        node, OnlineSoftmaxOp<Score, Mask>{q.index(), k.index(), v.index(), g, score, dropout,
+                                           stored, keep, single_pass_backward(plan, g), partial});
+  }
+  if (!partial) return {o, {}};
+  // The kernels leave beta_q ‖q‖² out of the scores (it cancels in softmax); the log-sum-exp
+  // has it.
+  Tensor<T> lse(Shape{g.B, g.H, g.Tq});
+  const T* qv = q.value().data();
+  for (index_t r = 0; r < lse.numel(); ++r)
+    lse[r] = node.saved[0][r] +
+             (Score::beta_q != 0 ? T(Score::beta_q) * squared_norm<T>(qv + r * g.Dh, g.Dh) : T{0});
+  return {o, push_second_output(tape, o, node, 3, lse.shape(), lse.data(), "attention.lse")};
+}
+
+}  // namespace detail
+
 // Softmax attention o_i = Σ_j softmax_j(s(q_i, k_j) | mask) v_j by the online-softmax algorithm.
 // When `weights` is given it receives the [B, H, Tq, Tk] weights before dropout (not
 // differentiable); `dropout` drops weights (training); `plan` picks how backward runs;
@@ -62,39 +111,32 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
                                 const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
                                 const AttentionDropout& dropout = {},
                                 const AttentionBackward& plan = {}, index_t key_length = 0) {
-  if constexpr (detail::runs_as_dot_form<Score>) {
+  if constexpr (detail::runs_as_dot_form<Score>)
     return online_softmax_attention(q, k, v, detail::DotForm{score.alpha(q.shape().last())}, mask,
                                     weights, dropout, plan, key_length);
-  } else {
-    Tape<T>& tape = q.tape();
-    const detail::AttentionGeometry g = detail::checked_geometry(q, k, v, "attention", key_length);
-    mask.validate(g.B, g.Tq, g.Tk);
-    dropout.check("attention");
-    auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
-                               q.requires_grad() || k.requires_grad() || v.requires_grad());
-    const bool keep = node.requires_grad && detail::save_weights_for_backward(plan, g);
-    node.saved.resize(keep ? 3 : 2);
-    node.saved[0].resize(Shape{g.B * g.H * g.Tq});
-    if (keep) node.saved[2].resize(Shape{g.B * g.H * g.Tq * g.Tk});
-    detail::online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
-                                   v.value().data(), node.value->data(), node.saved[0].data(),
-                                   keep ? node.saved[2].data() : nullptr);
-    if (weights) {
-      weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
-      if (keep)
-        std::copy_n(node.saved[2].data(), weights->numel(), weights->data());
-      else
-        detail::online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
-                                       node.saved[0].data(), weights->data());
-    }
-    if (node.requires_grad) {
-      const Mask* stored = node.template keep_value<Mask>(mask);
-      tape.set_backward(node, detail::OnlineSoftmaxOp<Score, Mask>{
-                                  q.index(), k.index(), v.index(), g, score, dropout, stored, keep,
-                                  detail::single_pass_backward(plan, g)});
-    }
-    return o;
-  }
+  else
+    return detail::fused_attention(q, k, v, score, mask, weights, dropout, plan, key_length, false)
+        .output;
+}
+
+// The same attention as a partial result (partials.hpp): the output and each row's log-sum-exp
+// log Σ_j e^{s_ij} over the allowed keys (−∞ for a row with none; beta_q ‖q‖², which cancels
+// in the softmax, is left out of the scores), both differentiable. The log-sum-exp is of the
+// weights before dropout. Merging the partials over disjoint key sets with merge_attention gives
+// the attention over their union.
+template <ScorePolicy Score, MaskPolicy Mask, class T>
+AttentionPartial<T> online_softmax_attention_partial(const Var<T>& q, const Var<T>& k,
+                                                     const Var<T>& v, const Score& score,
+                                                     const Mask& mask,
+                                                     const AttentionDropout& dropout = {},
+                                                     const AttentionBackward& plan = {},
+                                                     index_t key_length = 0) {
+  if constexpr (detail::runs_as_dot_form<Score>)
+    return online_softmax_attention_partial(q, k, v, detail::DotForm{score.alpha(q.shape().last())},
+                                            mask, dropout, plan, key_length);
+  else
+    return detail::fused_attention(q, k, v, score, mask, static_cast<Tensor<T>*>(nullptr), dropout,
+                                   plan, key_length, true);
 }
 
 }  // namespace attn

@@ -1,0 +1,349 @@
+// Partial attention results (partials.hpp): the fused kernel's log-sum-exp output and
+// merge_attention, against a reference written out here in double, against PyTorch's values
+// (data/torch_kernels.txt), by finite differences, and merged partials against the whole.
+#include <doctest/doctest.h>
+
+#include <attn/attn.hpp>
+#include <attn/autodiff/check_gradient.hpp>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../test_util.hpp"
+#include "../torch_reference_file.hpp"
+
+using attn::index_t;
+using attn::Shape;
+using attn::Tensor;
+namespace kernel = attn::kernel;
+namespace mask = attn::mask;
+namespace score = attn::score;
+
+namespace {
+
+using P = attn::AttentionPartial<double>;
+constexpr double ninf = -std::numeric_limits<double>::infinity();
+
+template <class T>
+Tensor<T> normal_tensor(const Shape& s, std::uint64_t seed, double scale = 1.0) {
+  attn::Rng rng(seed);
+  Tensor<T> t(s);
+  for (index_t i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(scale * rng.normal());
+  return t;
+}
+
+const std::vector<attn::AttentionBackward> partial_plans = {
+    {attn::BackwardWeights::saved, attn::BackwardPasses::single},
+    {attn::BackwardWeights::saved, attn::BackwardPasses::two},
+    {attn::BackwardWeights::recomputed, attn::BackwardPasses::single},
+    {attn::BackwardWeights::recomputed, attn::BackwardPasses::two}};
+
+// log Σ_j e^{s_ij} over the allowed keys of every row, in double from the score's own formula
+// (score(q, k, d) and its position bias) and the mask's allowed(): no tiles, no kernels.
+template <class Score, class Mask, class T>
+Tensor<double> lse_reference(const Tensor<T>& q, const Tensor<T>& k, const Score& s,
+                             const Mask& m) {
+  const index_t B = q.shape()[0], H = q.shape()[1], Tq = q.shape()[2], D = q.shape()[3];
+  const index_t Hk = k.shape()[1], Tk = k.shape()[2];
+  Tensor<double> out(Shape{B, H, Tq});
+  for (index_t b = 0; b < B; ++b)
+    for (index_t h = 0; h < H; ++h) {
+      const auto bias = attn::head_position_bias(s, h, H);
+      for (index_t i = 0; i < Tq; ++i) {
+        std::vector<double> row;
+        for (index_t j = 0; j < Tk; ++j)
+          if (m.allowed(b, i, j, Tq, Tk))
+            row.push_back(s(&q(b, h, i, 0), &k(b, h / (H / Hk), j, 0), D) +
+                          bias(i + (Tk - Tq) - j));
+        double mx = ninf, sum = 0;
+        for (const double x : row) mx = std::max(mx, x);
+        for (const double x : row) sum += std::exp(x - mx);
+        out(b, h, i) = row.empty() ? ninf : mx + std::log(sum);
+      }
+    }
+  return out;
+}
+
+// The loss sum(o ∘ r) + sum(lse ∘ r_lse) of a partial (either term left out with a null weight).
+template <class T>
+attn::Var<T> partial_loss(const attn::AttentionPartial<T>& p, const Tensor<T>* r,
+                          const Tensor<T>* r_lse) {
+  attn::Tape<T>& tape = p.output.tape();
+  if (!r) return attn::sum(p.lse * tape.leaf(*r_lse));
+  if (!r_lse) return attn::sum(p.output * tape.leaf(*r));
+  return attn::Var<T>(attn::sum(p.output * tape.leaf(*r)) + attn::sum(p.lse * tape.leaf(*r_lse)));
+}
+
+template <class Score, class Mask>
+attn::Attention<Score, kernel::Softmax, Mask> op_of(const Mask& m,
+                                                    const attn::AttentionBackward& plan = {}) {
+  attn::Attention<Score, kernel::Softmax, Mask> op{Score{}, kernel::Softmax{}, m};
+  op.backward = plan;
+  return op;
+}
+
+// ---- the PyTorch reference file ----------------------------------------------------------------
+
+constexpr double torch_tolerance = 1e-10;  // double against double: rounding only
+
+const torch_reference::ReferenceFile& torch_file() {
+  static const torch_reference::ReferenceFile file = torch_reference::load_reference(
+      std::string(ATTN_TESTS_SOURCE_DIR) + "/attention/data/torch_kernels.txt",
+      "attn-torch-kernels 1",
+      "scripts/oracle-venv, then build/oracle-venv/bin/python "
+      "tests/attention/torch_kernel_reference.py");
+  return file;
+}
+
+const Tensor<double>& torch_value(const std::string& name) {
+  const auto& file = torch_file();
+  REQUIRE_MESSAGE(file.error.empty(), file.error);
+  const auto it = file.tensors.find(name);
+  REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
+  return it->second;
+}
+
+template <class Score, class Mask>
+void check_torch_attention(const std::string& name, const Mask& m) {
+  auto ref = [&](const std::string& t) -> const Tensor<double>& {
+    return torch_value(name + "." + t);
+  };
+  for (const auto& plan : partial_plans) {
+    attn::Tape<double> tape;
+    auto q = tape.leaf(ref("q"), true), k = tape.leaf(ref("k"), true),
+         v = tape.leaf(ref("v"), true);
+    const auto p = op_of<Score>(m, plan).partial(q, k, v);
+    tape.backward(partial_loss(p, &ref("r"), &ref("r_lse")));
+    const std::string what = name + " (plan " + std::to_string(int(plan.weights)) + "/" +
+                             std::to_string(int(plan.passes)) + ") ";
+    torch_reference::check_close(what + "o", p.output.value(), ref("o"), torch_tolerance);
+    torch_reference::check_close(what + "lse", p.lse.value(), ref("lse"), torch_tolerance);
+    torch_reference::check_close(what + "grad.q", q.grad(), ref("grad.q"), torch_tolerance);
+    torch_reference::check_close(what + "grad.k", k.grad(), ref("grad.k"), torch_tolerance);
+    torch_reference::check_close(what + "grad.v", v.grad(), ref("grad.v"), torch_tolerance);
+  }
+}
+
+// Keys [j0, j1) of every head of t [B, N, T, D].
+template <class T>
+Tensor<T> key_range(const Tensor<T>& t, index_t j0, index_t j1) {
+  const Shape& s = t.shape();
+  Tensor<T> out(Shape{s[0], s[1], j1 - j0, s[3]});
+  for (index_t b = 0; b < s[0]; ++b)
+    for (index_t n = 0; n < s[1]; ++n)
+      for (index_t j = j0; j < j1; ++j)
+        for (index_t c = 0; c < s[3]; ++c) out(b, n, j - j0, c) = t(b, n, j, c);
+  return out;
+}
+
+double max_abs_diff(const Tensor<double>& a, const Tensor<double>& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (index_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("the fused log-sum-exp is each row's log of the sum of exponentiated scores") {
+  using T = double;
+  const Tensor<T> q = normal_tensor<T>(Shape{2, 4, 37, 8}, 1),
+                  k = normal_tensor<T>(Shape{2, 2, 133, 8}, 2),
+                  v = normal_tensor<T>(Shape{2, 2, 133, 5}, 3);
+  auto check = [&](const auto& op, const auto& s, const auto& m, const char* what) {
+    attn::Tape<T> tape;
+    const auto p = op.partial(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+    const Tensor<double> want = lse_reference(q, k, s, m);
+    for (index_t r = 0; r < want.numel(); ++r) {
+      if (want[r] == ninf) {
+        CHECK_MESSAGE(p.lse.value()[r] == ninf, what, " row ", r);
+        continue;
+      }
+      CHECK_MESSAGE(std::abs(p.lse.value()[r] - want[r]) < 1e-12, what, " row ", r);
+    }
+    // The output is the operator's, bit for bit.
+    attn::Tape<T> plain;
+    const auto o = op(plain.leaf(q), plain.leaf(k), plain.leaf(v));
+    CHECK(max_abs_diff(o.value(), p.output.value()) == 0.0);
+  };
+  check(op_of<score::ScaledDot>(mask::Causal{}), score::ScaledDot{}, mask::Causal{}, "causal");
+  check(op_of<score::ScaledDot>(mask::None{}), score::ScaledDot{}, mask::None{}, "no mask");
+  // A batch entry with no real key: its rows have lse = −∞ and output 0.
+  const mask::Padding pad(std::vector<index_t>{0, 70});
+  check(op_of<score::ScaledDot>(pad), score::ScaledDot{}, pad, "padding");
+  // beta_q ≠ 0: the kernels drop −‖q‖² (it cancels in softmax); the log-sum-exp has it.
+  check(op_of<score::NegSqEuclidean>(mask::Causal{}), score::NegSqEuclidean{}, mask::Causal{},
+        "Euclidean");
+  check(op_of<score::Alibi>(mask::Causal{}), score::Alibi{}, mask::Causal{}, "ALiBi");
+  {
+    attn::Tape<T> tape;
+    const auto p = op_of<score::ScaledDot>(pad).partial(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+    for (index_t i = 0; i < 4 * 37 * 5; ++i) CHECK(p.output.value()[i] == 0.0);
+  }
+}
+
+TEST_CASE("the partial attention and merge_attention match PyTorch") {
+  SUBCASE("causal, grouped queries, Tq = 37 < Tk = 133") {
+    check_torch_attention<score::ScaledDot>("lse_causal", mask::Causal{});
+  }
+  SUBCASE("no mask, Tq = 130 > Tk = 70") {
+    check_torch_attention<score::ScaledDot>("lse_full", mask::None{});
+  }
+  SUBCASE("negative squared Euclidean, causal") {
+    check_torch_attention<score::NegSqEuclidean>("lse_euclidean", mask::Causal{});
+  }
+  SUBCASE("merge") {
+    auto ref = [&](const std::string& t) -> const Tensor<double>& {
+      return torch_value("merge." + t);
+    };
+    attn::Tape<double> tape;
+    const attn::AttentionPartial<double> a{tape.leaf(ref("o_a"), true),
+                                           tape.leaf(ref("lse_a"), true)},
+        b{tape.leaf(ref("o_b"), true), tape.leaf(ref("lse_b"), true)};
+    const auto m = attn::merge_attention(a, b);
+    tape.backward(partial_loss(m, &ref("r"), &ref("r_lse")));
+    torch_reference::check_close("merge o", m.output.value(), ref("o"), torch_tolerance);
+    torch_reference::check_close("merge lse", m.lse.value(), ref("lse"), torch_tolerance);
+    torch_reference::check_close("merge grad.o_a", a.output.grad(), ref("grad.o_a"),
+                                 torch_tolerance);
+    torch_reference::check_close("merge grad.lse_a", a.lse.grad(), ref("grad.lse_a"),
+                                 torch_tolerance);
+    torch_reference::check_close("merge grad.o_b", b.output.grad(), ref("grad.o_b"),
+                                 torch_tolerance);
+    torch_reference::check_close("merge grad.lse_b", b.lse.grad(), ref("grad.lse_b"),
+                                 torch_tolerance);
+  }
+}
+
+TEST_CASE("the partial attention's gradients match finite differences") {
+  const Tensor<double> q = normal_tensor<double>(Shape{1, 2, 9, 4}, 4),
+                       k = normal_tensor<double>(Shape{1, 1, 11, 4}, 5),
+                       v = normal_tensor<double>(Shape{1, 1, 11, 3}, 6),
+                       r = normal_tensor<double>(Shape{1, 2, 9, 3}, 7),
+                       r_lse = normal_tensor<double>(Shape{1, 2, 9}, 8);
+  auto check = [&](auto op, bool use_o, bool use_lse, const char* what) {
+    for (const auto& plan : partial_plans) {
+      op.backward = plan;
+      const auto result = attn::check_gradient(
+          [&](const std::vector<attn::Var<double>>& x) {
+            return partial_loss(op.partial(x[0], x[1], x[2]), use_o ? &r : nullptr,
+                                use_lse ? &r_lse : nullptr);
+          },
+          {q, k, v}, 1e-6, 1e-6);
+      CHECK_MESSAGE(result.ok, what, ": ", result.report());
+    }
+  };
+  check(op_of<score::ScaledDot>(mask::Causal{}), true, true, "scaled dot, causal");
+  check(op_of<score::ScaledDot>(mask::Causal{}), false, true, "lse alone");
+  check(op_of<score::NegSqEuclidean>(mask::None{}), true, true, "Euclidean");
+  check(op_of<score::Alibi>(mask::Causal{}), true, true, "ALiBi");
+  auto dropped = op_of<score::ScaledDot>(mask::Causal{});
+  dropped.dropout = attn::AttentionDropout{0.3, 11};
+  check(dropped, true, true, "dropout");
+}
+
+TEST_CASE("merging the partials over two key ranges gives the attention over all keys") {
+  const index_t tk = 200;
+  const Tensor<double> q = normal_tensor<double>(Shape{2, 4, 45, 8}, 9),
+                       k = normal_tensor<double>(Shape{2, 2, tk, 8}, 10),
+                       v = normal_tensor<double>(Shape{2, 2, tk, 6}, 11),
+                       r = normal_tensor<double>(Shape{2, 4, 45, 6}, 12),
+                       r_lse = normal_tensor<double>(Shape{2, 4, 45}, 13);
+  const auto op = op_of<score::ScaledDot>(mask::None{});
+  attn::Tape<double> whole;
+  auto wq = whole.leaf(q, true), wk = whole.leaf(k, true), wv = whole.leaf(v, true);
+  const auto all = op.partial(wq, wk, wv);
+  whole.backward(partial_loss(all, &r, &r_lse));
+  for (const index_t split : {index_t{70}, index_t{128}, index_t{1}}) {
+    CAPTURE(split);
+    attn::Tape<double> tape;
+    auto pq = tape.leaf(q, true);
+    auto k1 = tape.leaf(key_range(k, 0, split), true),
+         k2 = tape.leaf(key_range(k, split, tk), true);
+    auto v1 = tape.leaf(key_range(v, 0, split), true),
+         v2 = tape.leaf(key_range(v, split, tk), true);
+    const auto m = attn::merge_attention(op.partial(pq, k1, v1), op.partial(pq, k2, v2));
+    tape.backward(partial_loss(m, &r, &r_lse));
+    CHECK(max_abs_diff(m.output.value(), all.output.value()) < 1e-12);
+    CHECK(max_abs_diff(m.lse.value(), all.lse.value()) < 1e-12);
+    CHECK(max_abs_diff(pq.grad(), wq.grad()) < 1e-12);
+    CHECK(max_abs_diff(k1.grad(), key_range(wk.grad(), 0, split)) < 1e-12);
+    CHECK(max_abs_diff(k2.grad(), key_range(wk.grad(), split, tk)) < 1e-12);
+    CHECK(max_abs_diff(v1.grad(), key_range(wv.grad(), 0, split)) < 1e-12);
+    CHECK(max_abs_diff(v2.grad(), key_range(wv.grad(), split, tk)) < 1e-12);
+  }
+}
+
+TEST_CASE("merge_attention: empty parts, finite differences, errors") {
+  const Shape os{1, 2, 3, 4}, ls{1, 2, 3};
+  Tensor<double> oa = normal_tensor<double>(os, 14), ob = normal_tensor<double>(os, 15);
+  Tensor<double> la = normal_tensor<double>(ls, 16, 2.0), lb = normal_tensor<double>(ls, 17, 2.0);
+  SUBCASE("a part with no allowed key is the identity; none in either part gives 0") {
+    Tensor<double> empty(ls, ninf);
+    attn::Tape<double> tape;
+    auto xa = tape.leaf(oa, true), xla = tape.leaf(la, true);
+    auto xb = tape.leaf(Tensor<double>(os), true), xlb = tape.leaf(empty, true);
+    const auto m = attn::merge_attention(P{xa, xla}, P{xb, xlb});
+    CHECK(max_abs_diff(m.output.value(), oa) == 0.0);
+    CHECK(max_abs_diff(m.lse.value(), la) == 0.0);
+    auto ya = tape.leaf(Tensor<double>(os), true), yla = tape.leaf(empty, true);
+    const auto none = attn::merge_attention(P{ya, yla}, P{xb, xlb});
+    for (index_t i = 0; i < none.lse.numel(); ++i) CHECK(none.lse.value()[i] == ninf);
+    for (index_t i = 0; i < none.output.numel(); ++i) CHECK(none.output.value()[i] == 0.0);
+    const Tensor<double> r = normal_tensor<double>(os, 18);
+    tape.backward(attn::sum(none.output * tape.leaf(r)));
+    for (index_t i = 0; i < ya.grad().numel(); ++i) CHECK(ya.grad()[i] == 0.0);
+    for (index_t i = 0; i < yla.grad().numel(); ++i) CHECK(yla.grad()[i] == 0.0);
+  }
+  SUBCASE("finite differences, one row empty in one part") {
+    lb[4] = ninf;
+    const Tensor<double> r = normal_tensor<double>(os, 19), r_lse = normal_tensor<double>(ls, 20);
+    // lb is held fixed (its −∞ cannot be perturbed): the gradient in the other three.
+    const auto result = attn::check_gradient(
+        [&](const std::vector<attn::Var<double>>& x) {
+          const auto m = attn::merge_attention(P{x[0], x[1]}, P{x[2], x[0].tape().leaf(lb)});
+          return partial_loss(m, &r, &r_lse);
+        },
+        {oa, la, ob}, 1e-6, 1e-7);
+    CHECK_MESSAGE(result.ok, result.report());
+  }
+  SUBCASE("shapes and unassigned parts are checked") {
+    attn::Tape<double> tape;
+    auto xa = tape.leaf(oa), xla = tape.leaf(la);
+    CHECK(attn::test::message_of<attn::shape_error>([&] {
+            attn::merge_attention(P{xa, xla}, P{tape.leaf(Tensor<double>(Shape{1, 2, 3, 5})), xla});
+          }).find("merge_attention: the partials' outputs differ in shape") != std::string::npos);
+    CHECK(attn::test::message_of<attn::shape_error>([&] {
+            attn::merge_attention(P{xa, tape.leaf(Tensor<double>(Shape{1, 2, 4}))}, P{xa, xla});
+          }).find("merge_attention: partial a lse must be") != std::string::npos);
+    CHECK(attn::test::message_of<attn::value_error>([&] {
+            attn::merge_attention(P{xa, attn::Var<double>()}, P{xa, xla});
+          }).find("unassigned") != std::string::npos);
+  }
+}
+
+TEST_CASE("the partial attention's gradients do not depend on the thread count") {
+  const Tensor<float> q = normal_tensor<float>(Shape{2, 4, 150, 16}, 21),
+                      k = normal_tensor<float>(Shape{2, 2, 300, 16}, 22),
+                      v = normal_tensor<float>(Shape{2, 2, 300, 16}, 23),
+                      r = normal_tensor<float>(Shape{2, 4, 150, 16}, 24),
+                      r_lse = normal_tensor<float>(Shape{2, 4, 150}, 25);
+  auto grads = [&](const attn::AttentionBackward& plan) {
+    attn::Tape<float> tape;
+    auto x = tape.leaf(q, true), y = tape.leaf(k, true), z = tape.leaf(v, true);
+    tape.backward(
+        partial_loss(op_of<score::ScaledDot>(mask::Causal{}, plan).partial(x, y, z), &r, &r_lse));
+    return std::vector<Tensor<float>>{x.grad(), y.grad(), z.grad()};
+  };
+  const int saved = attn::num_threads();
+  for (const auto& plan : partial_plans) {
+    attn::set_num_threads(1);
+    const auto one = grads(plan);
+    attn::set_num_threads(2);
+    const auto two = grads(plan);
+    for (std::size_t i = 0; i < one.size(); ++i)
+      CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
+  }
+  attn::set_num_threads(saved);
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Reference values for tests/attention/test_partials.cpp, computed with PyTorch (the oracle).
+
+Writes tests/attention/data/torch_kernels.txt: the softmax attention's output and each row's
+log-sum-exp with their gradients, and the merge of two partial attentions with its gradients,
+each written from its formula in float64 from fixed seeds. attn does not depend on PyTorch.
+
+Regenerate (PyTorch from scripts/oracle-venv; the output is the same byte for byte each run):
+    scripts/oracle-venv
+    build/oracle-venv/bin/python tests/attention/torch_kernel_reference.py
+
+The file format is torch_reference.py's with its own first line ("attn-torch-kernels 1"):
+    <name> <rank> <d0> ... <d_rank-1> <v0> <v1> ...   values row-major, %.17g
+    end <number of tensor lines>
+Attention cases (<case>.*): q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv] (query head h
+reads key/value head h // (H / Hk)), r [B, H, Tq, Dv] and r_lse [B, H, Tq] (fixed random weights
+of the loss = sum(o * r) + sum(lse * r_lse)), o, lse, and grad.q, grad.k, grad.v. The score is
+named by the case: scaled dot q.k / sqrt(Dh), or the negative squared Euclidean distance
+-|q - k|^2. Causal masks are end-aligned (query i sees keys j <= i + Tk - Tq), as attn's.
+Merge cases (<case>.*): o_a, o_b [B, H, Tq, Dv], lse_a, lse_b [B, H, Tq], r, r_lse, the merged o
+and lse, and grad.o_a, grad.lse_a, grad.o_b, grad.lse_b.
+"""
+
+import math
+import os
+
+import torch
+
+from torch_reference import DTYPE, randn, write_reference  # the same file format
+
+FORMAT = "attn-torch-kernels 1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUTPUT = os.path.join(HERE, "data", "torch_kernels.txt")
+
+
+def scores(q, k, score):
+    """[B, H, Tq, Tk] scores, key/value heads repeated for grouped queries."""
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    if score == "scaled_dot":
+        return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if score == "neg_sq_euclidean":
+        return -((q.unsqueeze(-2) - k.unsqueeze(-3)) ** 2).sum(-1)
+    raise ValueError(score)
+
+
+def attention_case(name, seed, b, h, hk, tq, tk, dh, dv, score, causal):
+    gen = torch.Generator().manual_seed(seed)
+    q = randn(gen, b, h, tq, dh).requires_grad_(True)
+    k = randn(gen, b, hk, tk, dh).requires_grad_(True)
+    v = randn(gen, b, hk, tk, dv).requires_grad_(True)
+    r = randn(gen, b, h, tq, dv)
+    r_lse = randn(gen, b, h, tq)
+    s = scores(q, k, score)
+    if causal:
+        i = torch.arange(tq).unsqueeze(1)
+        j = torch.arange(tk).unsqueeze(0)
+        s = s.masked_fill(j > i + (tk - tq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v.repeat_interleave(h // hk, dim=1)
+    loss = (o * r).sum() + (lse * r_lse).sum()
+    grads = torch.autograd.grad(loss, [q, k, v])
+    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("r", r)]]
+    out += [(f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
+    out += [(f"{name}.grad.{n}", g) for n, g in zip("qkv", grads)]
+    return out
+
+
+def merge_case(name, seed, b, h, tq, dv):
+    gen = torch.Generator().manual_seed(seed)
+    o_a = randn(gen, b, h, tq, dv).requires_grad_(True)
+    o_b = randn(gen, b, h, tq, dv).requires_grad_(True)
+    lse_a = randn(gen, b, h, tq, scale=3.0).requires_grad_(True)
+    lse_b = randn(gen, b, h, tq, scale=3.0).requires_grad_(True)
+    r = randn(gen, b, h, tq, dv)
+    r_lse = randn(gen, b, h, tq)
+    lse = torch.logaddexp(lse_a, lse_b)
+    o = torch.exp(lse_a - lse).unsqueeze(-1) * o_a + torch.exp(lse_b - lse).unsqueeze(-1) * o_b
+    loss = (o * r).sum() + (lse * r_lse).sum()
+    inputs = {"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b}
+    grads = torch.autograd.grad(loss, list(inputs.values()))
+    out = [(f"{name}.{n}", t) for n, t in inputs.items()]
+    out += [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
+    out += [(f"{name}.grad.{n}", g) for n, g in zip(inputs, grads)]
+    return out
+
+
+def main():
+    torch.set_num_threads(1)  # same summation order every run
+    tensors = []
+    # Grouped queries (4 query heads on 2 key/value heads), Dv != Dh, small head sizes, odd lengths past one
+    # 128-wide tile of attn's fused path; causal with Tq < Tk and not.
+    tensors += attention_case("lse_causal", 1, 1, 4, 2, 37, 133, 4, 3, "scaled_dot", True)
+    tensors += attention_case("lse_full", 2, 1, 2, 1, 130, 70, 3, 2, "scaled_dot", False)
+    # A score with beta_q != 0: its -|q|^2 is in the log-sum-exp, though it cancels in softmax.
+    tensors += attention_case("lse_euclidean", 3, 1, 2, 2, 9, 11, 4, 3, "neg_sq_euclidean", True)
+    tensors += merge_case("merge", 4, 2, 3, 5, 4)
+
+    write_reference(OUTPUT, FORMAT, "tests/attention/torch_kernel_reference.py", tensors)
+
+if __name__ == "__main__":
+    main()
