@@ -35,6 +35,7 @@ inline constexpr AttentionName attention_registry[] = {
     {"bilinear", "bilinear q^T W_h k / sqrt(d), a learned W_h per head (identity at start)"},
     {"additive", "additive (MLP) score w^T tanh(W1 q + W2 k), materialised weights"},
     {"linformer32", "Linformer: keys and values projected along time to 32 rows (causal)"},
+    {"sink", "scaled dot with a learned sink logit per head in the softmax (attention sinks)"},
 };
 
 // Another name of a registry entry.

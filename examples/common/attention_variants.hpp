@@ -40,9 +40,22 @@ template <attn::index_t K>
 using Linformer =
     attn::approx::LinformerAttention<K, attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
 
+// Attn built with config.sinks set: a learned sink logit per head (attn::attention_sink).
+template <class Attn>
+struct WithSinks : Attn {
+  explicit WithSinks(attn::MultiHeadConfig c) : Attn(with_sinks(c)) {}
+
+ private:
+  static attn::MultiHeadConfig with_sinks(attn::MultiHeadConfig c) {
+    c.sinks = true;
+    return c;
+  }
+};
+
 // The module type of each registry entry (attention_names.hpp), in the registry's order.
-using AttentionTypes = std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer,
-                                  Rotary, Alibi, Cosine, Bilinear, Additive, Linformer<32>>;
+using AttentionTypes =
+    std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer, Rotary, Alibi, Cosine,
+               Bilinear, Additive, Linformer<32>, WithSinks<Standard>>;
 static_assert(std::tuple_size_v<AttentionTypes> == std::size(attention_registry),
               "every attention name needs its type, in the registry's order");
 

@@ -1,6 +1,7 @@
-// Partial attention results (partials.hpp): the fused kernel's log-sum-exp output and
-// merge_attention, against a reference written out here in double, against PyTorch's values
-// (data/torch_kernels.txt), by finite differences, and merged partials against the whole.
+// Partial attention results (partials.hpp): the fused kernel's log-sum-exp output,
+// merge_attention and attention sinks, against a reference written out here in double, against
+// PyTorch's values (data/torch_kernels.txt), by finite differences, and merged partials against the
+// whole.
 #include <doctest/doctest.h>
 
 #include <attn/attn.hpp>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../module_gradients.hpp"
 #include "../test_util.hpp"
 #include "../torch_reference_file.hpp"
 
@@ -323,18 +325,20 @@ TEST_CASE("merge_attention: empty parts, finite differences, errors") {
   }
 }
 
-TEST_CASE("the partial attention's gradients do not depend on the thread count") {
+TEST_CASE("the gradients of a partial attention with sinks do not depend on the thread count") {
   const Tensor<float> q = normal_tensor<float>(Shape{2, 4, 150, 16}, 21),
                       k = normal_tensor<float>(Shape{2, 2, 300, 16}, 22),
                       v = normal_tensor<float>(Shape{2, 2, 300, 16}, 23),
                       r = normal_tensor<float>(Shape{2, 4, 150, 16}, 24),
-                      r_lse = normal_tensor<float>(Shape{2, 4, 150}, 25);
+                      r_lse = normal_tensor<float>(Shape{2, 4, 150}, 25),
+                      sinks = normal_tensor<float>(Shape{4}, 26);
   auto grads = [&](const attn::AttentionBackward& plan) {
     attn::Tape<float> tape;
     auto x = tape.leaf(q, true), y = tape.leaf(k, true), z = tape.leaf(v, true);
-    tape.backward(
-        partial_loss(op_of<score::ScaledDot>(mask::Causal{}, plan).partial(x, y, z), &r, &r_lse));
-    return std::vector<Tensor<float>>{x.grad(), y.grad(), z.grad()};
+    auto s = tape.leaf(sinks, true);
+    const auto p = op_of<score::ScaledDot>(mask::Causal{}, plan).partial(x, y, z);
+    tape.backward(partial_loss(attn::attention_sink(p, s), &r, &r_lse));
+    return std::vector<Tensor<float>>{x.grad(), y.grad(), z.grad(), s.grad()};
   };
   const int saved = attn::num_threads();
   for (const auto& plan : partial_plans) {
@@ -346,4 +350,159 @@ TEST_CASE("the partial attention's gradients do not depend on the thread count")
       CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
   }
   attn::set_num_threads(saved);
+}
+
+TEST_CASE("attention sinks match PyTorch's softmax over the scores and one sink logit per head") {
+  auto ref = [&](const std::string& t) -> const Tensor<double>& {
+    return torch_value("sink." + t);
+  };
+  for (const auto& plan : partial_plans) {
+    attn::Tape<double> tape;
+    auto q = tape.leaf(ref("q"), true), k = tape.leaf(ref("k"), true),
+         v = tape.leaf(ref("v"), true);
+    auto sinks = tape.leaf(ref("sinks"), true);
+    const auto p =
+        attn::attention_sink(op_of<score::ScaledDot>(mask::Causal{}, plan).partial(q, k, v), sinks);
+    tape.backward(partial_loss(p, &ref("r"), &ref("r_lse")));
+    torch_reference::check_close("sink o", p.output.value(), ref("o"), torch_tolerance);
+    torch_reference::check_close("sink lse", p.lse.value(), ref("lse"), torch_tolerance);
+    torch_reference::check_close("sink grad.q", q.grad(), ref("grad.q"), torch_tolerance);
+    torch_reference::check_close("sink grad.k", k.grad(), ref("grad.k"), torch_tolerance);
+    torch_reference::check_close("sink grad.v", v.grad(), ref("grad.v"), torch_tolerance);
+    torch_reference::check_close("sink grad.sinks", sinks.grad(), ref("grad.sinks"),
+                                 torch_tolerance);
+  }
+}
+
+TEST_CASE("attention sinks: finite differences, softmax one, empty rows, errors") {
+  const Tensor<double> q = normal_tensor<double>(Shape{2, 2, 6, 4}, 30),
+                       k = normal_tensor<double>(Shape{2, 1, 7, 4}, 31),
+                       v = normal_tensor<double>(Shape{2, 1, 7, 3}, 32),
+                       sinks = normal_tensor<double>(Shape{2}, 33),
+                       r = normal_tensor<double>(Shape{2, 2, 6, 3}, 34),
+                       r_lse = normal_tensor<double>(Shape{2, 2, 6}, 35);
+  // Batch entry 0 has no real key: its rows stay 0 and their lse' is the sink.
+  const mask::Padding pad(std::vector<index_t>{0, 5});
+  SUBCASE("finite differences in q, k, v and the sinks") {
+    for (const bool use_o : {true, false}) {
+      const auto result = attn::check_gradient(
+          [&](const std::vector<attn::Var<double>>& x) {
+            const auto p =
+                attn::attention_sink(op_of<score::ScaledDot>(pad).partial(x[0], x[1], x[2]), x[3]);
+            return partial_loss(p, use_o ? &r : nullptr, &r_lse);
+          },
+          {q, k, v, sinks}, 1e-6, 1e-6);
+      CHECK_MESSAGE(result.ok, result.report());
+    }
+  }
+  SUBCASE("a row with no allowed key: output 0, lse' = the sink, no gradient to q, k, v") {
+    attn::Tape<double> tape;
+    auto x = tape.leaf(q, true), y = tape.leaf(k, true), z = tape.leaf(v, true);
+    auto s = tape.leaf(sinks, true);
+    const auto p = attn::attention_sink(op_of<score::ScaledDot>(pad).partial(x, y, z), s);
+    tape.backward(partial_loss(p, &r, &r_lse));
+    for (index_t h = 0; h < 2; ++h)
+      for (index_t i = 0; i < 6; ++i) {
+        CHECK(p.lse.value()(0, h, i) == sinks[h]);
+        for (index_t c = 0; c < 3; ++c) CHECK(p.output.value()(0, h, i, c) == 0.0);
+        for (index_t c = 0; c < 4; ++c) CHECK(x.grad()(0, h, i, c) == 0.0);
+      }
+    for (index_t j = 0; j < 7; ++j)
+      for (index_t c = 0; c < 4; ++c) CHECK(y.grad()(0, 0, j, c) == 0.0);
+  }
+  SUBCASE("zero_sinks is softmax one: o' = o e^lse / (1 + e^lse)") {
+    attn::Tape<double> tape;
+    const auto p =
+        op_of<score::ScaledDot>(mask::Causal{}).partial(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+    const auto one = attn::zero_sinks(p);
+    for (index_t row = 0; row < 2 * 2 * 6; ++row) {
+      const double l = p.lse.value()[row], keep = std::exp(l) / (1 + std::exp(l));
+      CHECK(one.lse.value()[row] == doctest::Approx(std::log1p(std::exp(l))).epsilon(1e-14));
+      for (index_t c = 0; c < 3; ++c)
+        CHECK(one.output.value()[row * 3 + c] ==
+              doctest::Approx(keep * p.output.value()[row * 3 + c]).epsilon(1e-14));
+    }
+  }
+  SUBCASE("the sinks' shape is checked") {
+    attn::Tape<double> tape;
+    const auto p =
+        op_of<score::ScaledDot>(mask::Causal{}).partial(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+    CHECK(attn::test::message_of<attn::shape_error>([&] {
+            attn::attention_sink(p, tape.leaf(Tensor<double>(Shape{3})));
+          }).find("attention_sink: sinks must be [2] (one logit per head)") != std::string::npos);
+    CHECK(attn::test::message_of<attn::value_error>([&] {
+            attn::attention_sink(p, attn::Var<double>());
+          }).find("attention_sink: the sinks are an unassigned Var") != std::string::npos);
+  }
+}
+
+TEST_CASE("MultiHeadAttention with config.sinks: a sink logit per head, trained with the rest") {
+  using Mha =
+      attn::MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal,
+                               attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+  attn::MultiHeadConfig c{.d_model = 12, .heads = 4, .kv_heads = 2, .seed = 5};
+  attn::Rng rng(40);
+  const Tensor<double> x = Tensor<double>::randn({2, 6, 12}, rng);
+  Mha plain(c);
+  c.sinks = true;
+  Mha sunk(c);
+  SUBCASE("a parameter `sinks` [H], 0 at the start; none without config.sinks") {
+    std::vector<std::string> names, plain_names;
+    sunk.for_each_parameter(
+        [&](const std::string& n, attn::Parameter<double>&) { names.push_back(n); });
+    plain.for_each_parameter(
+        [&](const std::string& n, attn::Parameter<double>&) { plain_names.push_back(n); });
+    CHECK(names.back() == "sinks");
+    CHECK(names.size() == plain_names.size() + 1);
+    CHECK(sunk.sinks.shape() == (Shape{4}));
+    for (index_t h = 0; h < 4; ++h) CHECK(sunk.sinks.value[h] == 0.0);
+  }
+  SUBCASE("sinks at −∞ take nothing: the output of the module without them, bit for bit") {
+    for (index_t h = 0; h < 4; ++h) sunk.sinks.value[h] = ninf;
+    attn::Tape<double> tape;
+    CHECK(max_abs_diff(sunk(tape.leaf(x)).value(), plain(tape.leaf(x)).value()) == 0.0);
+  }
+  SUBCASE("finite differences on every parameter (the sinks included) and the input") {
+    for (index_t h = 0; h < 4; ++h) sunk.sinks.value[h] = 0.5 * double(h) - 0.7;
+    attn::test::check_gradients(sunk, x, [&](const attn::Var<double>& in) { return sunk(in); });
+  }
+  SUBCASE("decoding with a key/value cache gives the full pass's rows") {
+    for (index_t h = 0; h < 4; ++h) sunk.sinks.value[h] = 0.3 * double(h);
+    attn::test::check_decode(sunk, x);
+  }
+  SUBCASE("the weights a probe sees are the sunk ones: o = W V, rows summing to less than 1") {
+    for (index_t h = 0; h < 4; ++h) sunk.sinks.value[h] = 1.0;
+    sunk.training = false;
+    double worst = 0, largest_sum = 0;
+    sunk.probe = [&](attn::AttentionStep<double>& step) {
+      const Shape& w = step.weights.shape();
+      for (index_t b = 0; b < w[0]; ++b)
+        for (index_t h = 0; h < w[1]; ++h)
+          for (index_t i = 0; i < w[2]; ++i) {
+            double sum = 0;
+            for (index_t j = 0; j < w[3]; ++j) sum += step.weights(b, h, i, j);
+            largest_sum = std::max(largest_sum, sum);
+            for (index_t c = 0; c < step.v.shape()[3]; ++c) {
+              double o = 0;
+              for (index_t j = 0; j < w[3]; ++j)
+                o += step.weights(b, h, i, j) * step.v(b, h / 2, j, c);
+              worst = std::max(worst, std::abs(o - step.output(b, h, i, c)));
+            }
+          }
+    };
+    attn::Tape<double> tape;
+    attn::NoGrad<double> no_grad(tape);
+    (void)sunk(tape.leaf(x));
+    CHECK(worst < 1e-14);
+    CHECK(largest_sum < 1.0 - 1e-3);
+  }
+  SUBCASE("a score without the fused path refuses sinks") {
+    using Additive =
+        attn::MultiHeadAttention<score::Additive, kernel::Softmax, mask::Causal,
+                                 attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+    CHECK(attn::test::message_of<attn::value_error>([&] {
+            Additive a(c);
+          }).find("attention sinks (config.sinks) need the fused softmax path") !=
+          std::string::npos);
+  }
 }

@@ -2,7 +2,7 @@
 """Reference values for tests/attention/test_partials.cpp, computed with PyTorch (the oracle).
 
 Writes tests/attention/data/torch_kernels.txt: the softmax attention's output and each row's
-log-sum-exp with their gradients, and the merge of two partial attentions with its gradients,
+log-sum-exp with their gradients, and the merge of two partial attentions with its gradients, attention with sinks, and soft-capped scores,
 each written from its formula in float64 from fixed seeds. attn does not depend on PyTorch.
 
 Regenerate (PyTorch from scripts/oracle-venv; the output is the same byte for byte each run):
@@ -18,7 +18,11 @@ of the loss = sum(o * r) + sum(lse * r_lse)), o, lse, and grad.q, grad.k, grad.v
 named by the case: scaled dot q.k / sqrt(Dh), or the negative squared Euclidean distance
 -|q - k|^2. Causal masks are end-aligned (query i sees keys j <= i + Tk - Tq), as attn's.
 Merge cases (<case>.*): o_a, o_b [B, H, Tq, Dv], lse_a, lse_b [B, H, Tq], r, r_lse, the merged o
-and lse, and grad.o_a, grad.lse_a, grad.o_b, grad.lse_b.
+and lse, and grad.o_a, grad.lse_a, grad.o_b, grad.lse_b. Sink cases: an attention case (causal,
+scaled dot) with sinks [H], one logit per head that joins each row's softmax with no value, and
+grad.sinks. Soft-cap cases: an attention case (causal, scaled dot, ALiBi's bias when named so)
+with every score s mapped to cap * tanh(s / cap) before masking (cap: 2 and 1.5, as the test
+says).
 """
 
 import math
@@ -26,7 +30,7 @@ import os
 
 import torch
 
-from torch_reference import DTYPE, randn, write_reference  # the same file format
+from torch_reference import DTYPE, alibi_bias, randn, write_reference  # the same file format
 
 FORMAT = "attn-torch-kernels 1"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,6 +69,58 @@ def attention_case(name, seed, b, h, hk, tq, tk, dh, dv, score, causal):
     return out
 
 
+def sink_case(name, seed, b, h, hk, tq, tk, dh, dv):
+    """Causal scaled-dot attention whose softmax has one more logit per head, the sink, with no
+    value: o = softmax([s, sink_h])[..., :Tk] @ v, lse = logsumexp([s, sink_h])."""
+    gen = torch.Generator().manual_seed(seed)
+    q = randn(gen, b, h, tq, dh).requires_grad_(True)
+    k = randn(gen, b, hk, tk, dh).requires_grad_(True)
+    v = randn(gen, b, hk, tk, dv).requires_grad_(True)
+    sinks = randn(gen, h).requires_grad_(True)
+    r = randn(gen, b, h, tq, dv)
+    r_lse = randn(gen, b, h, tq)
+    s = scores(q, k, "scaled_dot")
+    i = torch.arange(tq).unsqueeze(1)
+    j = torch.arange(tk).unsqueeze(0)
+    s = s.masked_fill(j > i + (tk - tq), float("-inf"))
+    s = torch.cat([s, sinks.view(1, h, 1, 1).expand(b, h, tq, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1)[..., :tk] @ v.repeat_interleave(h // hk, dim=1)
+    loss = (o * r).sum() + (lse * r_lse).sum()
+    grads = torch.autograd.grad(loss, [q, k, v, sinks])
+    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("sinks", sinks)]]
+    out += [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
+    out += [(f"{name}.grad.{n}", g) for n, g in zip(["q", "k", "v", "sinks"], grads)]
+    return out
+
+
+def softcap_case(name, seed, b, h, tq, tk, dh, dv, cap, alibi, scale):
+    """Causal scaled-dot attention (plus ALiBi's bias when `alibi`, Tq = Tk) with every score
+    soft-capped before masking: s -> cap * tanh(s / cap). q is drawn `scale` times wider so the
+    scores reach the cap."""
+    gen = torch.Generator().manual_seed(seed)
+    q = randn(gen, b, h, tq, dh, scale=scale).requires_grad_(True)
+    k = randn(gen, b, h, tk, dh).requires_grad_(True)
+    v = randn(gen, b, h, tk, dv).requires_grad_(True)
+    r = randn(gen, b, h, tq, dv)
+    r_lse = randn(gen, b, h, tq)
+    s = scores(q, k, "scaled_dot")
+    if alibi:
+        s = s + alibi_bias(h, tk)
+    s = cap * torch.tanh(s / cap)
+    i = torch.arange(tq).unsqueeze(1)
+    j = torch.arange(tk).unsqueeze(0)
+    s = s.masked_fill(j > i + (tk - tq), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v
+    loss = (o * r).sum() + (lse * r_lse).sum()
+    grads = torch.autograd.grad(loss, [q, k, v])
+    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("r", r)]]
+    out += [(f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
+    out += [(f"{name}.grad.{n}", g) for n, g in zip("qkv", grads)]
+    return out
+
+
 def merge_case(name, seed, b, h, tq, dv):
     gen = torch.Generator().manual_seed(seed)
     o_a = randn(gen, b, h, tq, dv).requires_grad_(True)
@@ -94,6 +150,12 @@ def main():
     # A score with beta_q != 0: its -|q|^2 is in the log-sum-exp, though it cancels in softmax.
     tensors += attention_case("lse_euclidean", 3, 1, 2, 2, 9, 11, 4, 3, "neg_sq_euclidean", True)
     tensors += merge_case("merge", 4, 2, 3, 5, 4)
+    # Sinks, with grouped queries, Tq > 1 tile of keys.
+    tensors += sink_case("sink", 5, 1, 4, 2, 9, 133, 4, 2)
+    # Soft-capped scores (cap 2: most scores are past it), past one tile; with ALiBi's bias
+    # inside the cap.
+    tensors += softcap_case("softcap", 6, 1, 2, 20, 140, 4, 3, 2.0, False, 3.0)
+    tensors += softcap_case("softcap_alibi", 7, 1, 2, 9, 9, 4, 3, 1.5, True, 3.0)
 
     write_reference(OUTPUT, FORMAT, "tests/attention/torch_kernel_reference.py", tensors)
 

@@ -80,13 +80,16 @@ struct Attention {
   // The softmax attention as a partial result: the output and each row's log-sum-exp, both
   // differentiable (partials.hpp; merge_attention combines partials over disjoint key sets).
   // The fused path, kernel::Softmax only.
+  // `weights` as for operator().
   template <class T>
-  AttentionPartial<T> partial(const Var<T>& q, const Var<T>& k, const Var<T>& v) const {
+  AttentionPartial<T> partial(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                              Tensor<T>* weights = nullptr) const {
     static_assert(
         std::is_same_v<Kernel, kernel::Softmax>,
         "attn: a partial result (output and log-sum-exp) exists for kernel::Softmax only");
     check_settings();
-    return online_softmax_attention_partial(q, k, v, score, mask, dropout, backward, key_length);
+    return online_softmax_attention_partial(q, k, v, score, mask, dropout, backward, key_length,
+                                            weights);
   }
 
   // The same attention on the materialised path, for every kernel: all Tq x Tk weights formed,
@@ -136,12 +139,16 @@ Var<T> attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& 
 
 // The causal and unmasked softmax attention of float and double on both of their paths are
 // compiled once in attn::compiled (src/attention.cpp): the fused kernel of the dot family (the
-// default scaled dot and every score run as a dot product, detail::DotForm) and the materialised
-// scaled dot; programs linking it (ATTN_COMPILED) do not compile them again.
+// default scaled dot and every score run as a dot product, detail::DotForm; its output alone and
+// as a partial) and the materialised scaled dot; programs linking it (ATTN_COMPILED) do not
+// compile them again.
 #define ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, T, M)                                         \
   PREFIX Var<T> online_softmax_attention<detail::DotForm, M, T>(                                 \
       const Var<T>&, const Var<T>&, const Var<T>&, const detail::DotForm&, const M&, Tensor<T>*, \
       const AttentionDropout&, const AttentionBackward&, index_t);                               \
+  PREFIX AttentionPartial<T> online_softmax_attention_partial<detail::DotForm, M, T>(            \
+      const Var<T>&, const Var<T>&, const Var<T>&, const detail::DotForm&, const M&,             \
+      const AttentionDropout&, const AttentionBackward&, index_t, Tensor<T>*);                   \
   PREFIX Var<T>                                                                                  \
   materialized_attention<kernel::Softmax, M, T, detail::ScoreBias<score::ScaledDot>>(            \
       const Var<T>&, const Var<T>&, const Var<T>&, const detail::MaterializedForm&,              \

@@ -60,6 +60,8 @@ struct MultiHeadConfig {
   std::uint64_t seed = 0;  // initialisation and dropout
   index_t max_length = 0;  // the longest sequence, for scores whose weights depend on it
                            // (score::Synthesizer); 0 when unused
+  bool sinks = false;      // a learned sink logit per head in every softmax (attention_sink);
+                           // fused softmax path only (quadratic and transformed scores)
   index_t head_dim() const { return heads > 0 ? d_model / heads : 0; }
 };
 

@@ -8,9 +8,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -251,6 +253,8 @@ class MultiHeadAttention {
   static constexpr ScoreForm form = score_form<Score>();
   static constexpr bool key_free = form == ScoreForm::key_free;
   static constexpr bool scores_materialised = form == ScoreForm::pairwise || key_free;
+  static constexpr bool sinks_possible =
+      !scores_materialised && std::is_same_v<Kernel, kernel::Softmax>;
 
   static_assert(!scores_materialised || std::is_same_v<Kernel, kernel::Softmax>,
                 "attn: pairwise and key-free scores (score::Additive, score::Synthesizer) are "
@@ -284,6 +288,10 @@ class MultiHeadAttention {
     v_proj = ProjectionWeights<T>(kv_width, d, c.bias, c.init_std, rng_);
     out_proj = ProjectionWeights<T>(d, d, c.bias, c.init_std, rng_);
     if constexpr (!key_free) score_params = params_type(config_, rng_);
+    ATTN_CHECK(!c.sinks || sinks_possible, value_error,
+               "MultiHeadAttention: attention sinks (config.sinks) need the fused softmax path: "
+               "kernel::Softmax with a quadratic or transformed score");
+    if (c.sinks) sinks = Parameter<T>(Tensor<T>(Shape{heads()}));  // 0: softmax one at start
   }
 
   index_t d_model() const { return config_.d_model; }
@@ -361,7 +369,7 @@ class MultiHeadAttention {
   }
 
   // Visits every parameter with its name: q_proj.weight, q_proj.bias, k_proj.*, the score's,
-  // v_proj.*, out_proj.* (under "prefix." when a prefix is given).
+  // v_proj.*, out_proj.*, and sinks with config.sinks (under "prefix." when a prefix is given).
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
     detail::visit_projection(f, prefix, tied ? "qk_proj" : score_query_name<Score>(), q_proj);
@@ -369,11 +377,13 @@ class MultiHeadAttention {
     score_params.for_each_parameter(f, prefix);
     detail::visit_projection(f, prefix, "v_proj", v_proj);
     detail::visit_projection(f, prefix, "out_proj", out_proj);
+    if (config_.sinks) detail::visit_parameter(f, prefix, "sinks", sinks);
   }
 
   // k_proj is unused when tied or for a key-free score.
   ProjectionWeights<T> q_proj, k_proj, v_proj, out_proj;
   params_type score_params;  // the score's own parameters (none for most)
+  Parameter<T> sinks;        // [H] with config.sinks, else empty
 
  private:
   ProjectionWeights<T>& key_projection() { return tied ? q_proj : k_proj; }
@@ -426,8 +436,9 @@ class MultiHeadAttention {
     return tape.leaf(step.output);
   }
 
-  // Quadratic and transformed scores: the Attention operator. key_length > 0: k and v are a
-  // cache's storage, of which the first key_length rows per head are attended to.
+  // Quadratic and transformed scores: the Attention operator (with the sinks, when the config
+  // has them). key_length > 0: k and v are a cache's storage, of which the first key_length
+  // rows per head are attended to.
   Var<T> attend(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& mask,
                 Tensor<T>* weights, index_t key_length = 0) {
     InnerScore inner{};
@@ -435,18 +446,37 @@ class MultiHeadAttention {
     Attention<InnerScore, Kernel, Mask> op{inner, kernel, mask};
     op.key_length = key_length;
     if (dropping(q.tape())) op.dropout = AttentionDropout{config_.dropout, rng_.split()};
-    if (!probe || q.tape().grad_enabled()) return op(q, k, v, weights);
+    auto run = [&](const Var<T>& kk, const Var<T>& vv, Tensor<T>* w) {
+      if constexpr (sinks_possible)
+        if (config_.sinks) return sunk(op.partial(q, kk, vv, w), w);
+      return op(q, kk, vv, w);
+    };
+    if (!probe || q.tape().grad_enabled()) return run(k, v, weights);
 
     Tape<T>& tape = q.tape();
     AttentionStep<T> step{
         q.value(), compact(k.value(), key_length), compact(v.value(), key_length), {}, {}};
-    if (key_length == 0) {
-      step.output = op(q, k, v, &step.weights).value();
-    } else {  // the probe sees the cached rows only
-      op.key_length = 0;
-      step.output = op(q, tape.leaf(step.k), tape.leaf(step.v), &step.weights).value();
-    }
+    op.key_length = 0;  // the probe sees the cached rows only
+    step.output = (key_length == 0 ? run(k, v, &step.weights)
+                                   : run(tape.leaf(step.k), tape.leaf(step.v), &step.weights))
+                      .value();
     return probed(step, weights, tape);
+  }
+
+  // The partial p with the sinks in its softmax; the weights w (when given) scaled to match.
+  Var<T> sunk(const AttentionPartial<T>& p, Tensor<T>* w) {
+    const AttentionPartial<T> s = attention_sink(p, p.output.tape().param(sinks));
+    if (w) {
+      const index_t tk = w->shape()[3];
+      for (index_t r = 0; r < p.lse.numel(); ++r) {
+        const T before = p.lse.value()[r];
+        const T keep = before == -std::numeric_limits<T>::infinity()
+                           ? T{0}
+                           : std::exp(before - s.lse.value()[r]);
+        for (index_t j = 0; j < tk; ++j) (*w)[r * tk + j] *= keep;
+      }
+    }
+    return s.output;
   }
 
   // Pairwise and key-free scores s [B, H, Tq, Tk]: W = masked softmax (dropped out while

@@ -121,22 +121,20 @@ Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& 
 
 // The same attention as a partial result (partials.hpp): the output and each row's log-sum-exp
 // log Σ_j e^{s_ij} over the allowed keys (−∞ for a row with none; beta_q ‖q‖², which cancels
-// in the softmax, is left out of the scores), both differentiable. The log-sum-exp is of the
-// weights before dropout. Merging the partials over disjoint key sets with merge_attention gives
-// the attention over their union.
+// in the softmax, is left out of the kernels' scores but not of this), both differentiable. The
+// log-sum-exp is of the weights before dropout; `weights` as for online_softmax_attention.
+// Merging the partials over disjoint key sets with merge_attention gives the attention over
+// their union.
 template <ScorePolicy Score, MaskPolicy Mask, class T>
-AttentionPartial<T> online_softmax_attention_partial(const Var<T>& q, const Var<T>& k,
-                                                     const Var<T>& v, const Score& score,
-                                                     const Mask& mask,
-                                                     const AttentionDropout& dropout = {},
-                                                     const AttentionBackward& plan = {},
-                                                     index_t key_length = 0) {
+AttentionPartial<T> online_softmax_attention_partial(
+    const Var<T>& q, const Var<T>& k, const Var<T>& v, const Score& score, const Mask& mask,
+    const AttentionDropout& dropout = {}, const AttentionBackward& plan = {},
+    index_t key_length = 0, Tensor<T>* weights = nullptr) {
   if constexpr (detail::runs_as_dot_form<Score>)
     return online_softmax_attention_partial(q, k, v, detail::DotForm{score.alpha(q.shape().last())},
-                                            mask, dropout, plan, key_length);
+                                            mask, dropout, plan, key_length, weights);
   else
-    return detail::fused_attention(q, k, v, score, mask, static_cast<Tensor<T>*>(nullptr), dropout,
-                                   plan, key_length, true);
+    return detail::fused_attention(q, k, v, score, mask, weights, dropout, plan, key_length, true);
 }
 
 }  // namespace attn

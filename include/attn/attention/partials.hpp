@@ -10,8 +10,9 @@
 // by the same merge of softmax states as the tiled kernels (online_softmax_merge.hpp); backward:
 //     dO_X = w_X dO,  dlse_X = w_X (dO · (o_X − o) + dlse).
 // A part with no allowed key is the identity; a row with none in either part stays 0 with
-// lse = −∞ and passes no gradient. Does not compute attention itself: the fused kernel gives a
-// partial (online_softmax_attention_partial, Attention::partial).
+// lse = −∞ and passes no gradient. Attention sinks (attention_sink, below) are the merge with a
+// part that has a learned log-sum-exp and no value. Does not compute attention itself: the
+// fused kernel gives a partial (online_softmax_attention_partial, Attention::partial).
 #pragma once
 
 #include <algorithm>
@@ -72,6 +73,64 @@ const T* take_second_gradient(Node<T>& n, std::size_t slot) {
   return n.saved[slot].data();
 }
 
+// One row's merge of two parts with log-sum-exps la, lb (the partial outputs' weights w_a, w_b
+// and the merged log-sum-exp), by online_softmax_merge.hpp's merge.
+template <class T>
+struct RowMerge {
+  T lse, wa, wb;
+};
+template <class T>
+RowMerge<T> merge_row(T la, T lb) {
+  const SoftmaxPartial<T> pa{la, la == negative_infinity<T>() ? T{0} : T{1}};
+  const SoftmaxPartial<T> pb{lb, lb == negative_infinity<T>() ? T{0} : T{1}};
+  const SoftmaxMerged<T> m = merge(pa, pb);
+  const T l = m.state.sum;
+  if (l == T{0}) return {negative_infinity<T>(), T{0}, T{0}};
+  return {log_sum_exp(m.state), m.scale_a * pa.sum / l, m.scale_b * pb.sum / l};
+}
+
+struct AttentionSinkOp {
+  std::int32_t o, lse, sinks;
+  index_t B, H, Tq, Dv;
+  // self.saved[0]: each row's share of the sink logits' gradient, before the sum over rows;
+  // self.saved[1]: dlse', when the sunk log-sum-exp was used.
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    const T* dlse = take_second_gradient(self, 1);
+    const T* out = self.value->data();
+    const T* dout = self.grad->data();
+    const T* x = tape.value(o).data();
+    const T* lv = tape.value(lse).data();
+    const T* sv = tape.value(sinks).data();
+    T* go = tape.requires_grad(o) ? tape.grad(o).data() : nullptr;
+    T* gl = tape.requires_grad(lse) ? tape.grad(lse).data() : nullptr;
+    self.saved[0].resize(Shape{B * H * Tq});
+    T* per_row = self.saved[0].data();
+    parallel_for(B * H * Tq, 6.0 * double(Dv), [&](index_t r) {
+      const RowMerge<T> m = merge_row(lv[r], sv[(r / Tq) % H]);
+      const T* d = dout + r * Dv;
+      T dx = dlse ? dlse[r] : T{0}, ds = dx;  // dlse' + dO'·(o − o'), dlse' + dO'·(0 − o')
+      for (index_t c = 0; c < Dv; ++c) {
+        dx += d[c] * (x[r * Dv + c] - out[r * Dv + c]);
+        ds -= d[c] * out[r * Dv + c];
+      }
+      if (go)
+        for (index_t c = 0; c < Dv; ++c) go[r * Dv + c] += m.wa * d[c];
+      if (gl) gl[r] += m.wa * dx;
+      per_row[r] = m.wb * ds;
+    });
+    if (!tape.requires_grad(sinks)) return;
+    // dσ_h sums the rows of head h in one order: the same bits for any thread count.
+    T* gs = tape.grad(sinks).data();
+    for (index_t h = 0; h < H; ++h) {
+      T sum = 0;
+      for (index_t b = 0; b < B; ++b)
+        for (index_t i = 0; i < Tq; ++i) sum += per_row[(b * H + h) * Tq + i];
+      gs[h] += sum;
+    }
+  }
+};
+
 struct MergePartialsOp {
   std::int32_t oa, la, ob, lb;
   index_t rows, dv;
@@ -114,15 +173,15 @@ struct MergePartialsOp {
 // Throws shape_error unless p is an attention partial: output [..., Dv] of rank 4 and lse of the
 // output's shape without its last dimension.
 template <class T>
-void check_partial(const AttentionPartial<T>& p, const char* which) {
-  ATTN_CHECK(p.output.valid() && p.lse.valid(), value_error, "merge_attention: partial ", which,
+void check_partial(const AttentionPartial<T>& p, const char* which,
+                   const char* op = "merge_attention") {
+  ATTN_CHECK(p.output.valid() && p.lse.valid(), value_error, op, ": partial ", which,
              " has an unassigned output or lse");
   const Shape& o = p.output.shape();
-  ATTN_CHECK(o.rank() == 4, shape_error, "merge_attention: partial ", which,
+  ATTN_CHECK(o.rank() == 4, shape_error, op, ": partial ", which,
              " output must be [B, H, Tq, Dv], got ", o);
-  ATTN_CHECK(p.lse.shape() == (Shape{o[0], o[1], o[2]}), shape_error, "merge_attention: partial ",
-             which, " lse must be ", Shape{o[0], o[1], o[2]}, " for output ", o, ", got ",
-             p.lse.shape());
+  ATTN_CHECK(p.lse.shape() == (Shape{o[0], o[1], o[2]}), shape_error, op, ": partial ", which,
+             " lse must be ", Shape{o[0], o[1], o[2]}, " for output ", o, ", got ", p.lse.shape());
 }
 
 }  // namespace detail
@@ -153,13 +212,10 @@ AttentionPartial<T> merge_attention(const AttentionPartial<T>& a, const Attentio
   T* wa = node.saved[0].data();
   T* wb = node.saved[1].data();
   parallel_for(rows, 3.0 * double(dv), [&](index_t r) {
-    const SoftmaxPartial<T> pa{la[r], la[r] == negative_infinity<T>() ? T{0} : T{1}};
-    const SoftmaxPartial<T> pb{lb[r], lb[r] == negative_infinity<T>() ? T{0} : T{1}};
-    const SoftmaxMerged<T> m = merge(pa, pb);
-    lse[r] = log_sum_exp(m.state);
-    const T l = m.state.sum;
-    wa[r] = l == T{0} ? T{0} : m.scale_a * pa.sum / l;
-    wb[r] = l == T{0} ? T{0} : m.scale_b * pb.sum / l;
+    const detail::RowMerge<T> m = detail::merge_row(la[r], lb[r]);
+    lse[r] = m.lse;
+    wa[r] = m.wa;
+    wb[r] = m.wb;
     for (index_t c = 0; c < dv; ++c)
       out[r * dv + c] = wa[r] * xa[r * dv + c] + wb[r] * xb[r * dv + c];
   });
@@ -168,6 +224,50 @@ AttentionPartial<T> merge_attention(const AttentionPartial<T>& a, const Attentio
   Var<T> merged_lse =
       detail::push_second_output(tape, o, node, 2, lse.shape(), lse.data(), "merge_attention.lse");
   return {o, merged_lse};
+}
+
+// Attention sinks: head h's logit σ_h (sinks [H]) joins the softmax denominator of every row of
+// that head and brings no value,
+//     o'_i = Σ_j e^{s_ij} v_j / (e^{σ_h} + Σ_j e^{s_ij}),   lse'_i = log(e^{σ_h} + Σ_j e^{s_ij}),
+// so a head can put weight nowhere (a learned "no-op"), as the learned sink of Xiao, Tian, Chen,
+// Han and Lewis, "Efficient Streaming Language Models with Attention Sinks", and the per-head
+// sink logits of recent open-weight models. It is the merge with a part that has log-sum-exp
+// σ_h and output 0, done in place. A fixed sink σ = 0 is softmax₁ (Miller, "Attention Is Off By
+// One"): zero_sinks(). Differentiable in p and in the sinks (their gradient summed over the
+// rows of each head in a fixed order). A row with no allowed key stays 0 and gives q, k, v no
+// gradient; its lse' is σ_h.
+template <class T>
+AttentionPartial<T> attention_sink(const AttentionPartial<T>& p, const Var<T>& sinks) {
+  detail::check_partial(p, "p", "attention_sink");
+  const Shape& shape = p.output.shape();
+  const index_t B = shape[0], H = shape[1], Tq = shape[2], Dv = shape[3];
+  ATTN_CHECK(sinks.valid(), value_error, "attention_sink: the sinks are an unassigned Var");
+  ATTN_CHECK(sinks.shape() == (Shape{H}), shape_error, "attention_sink: sinks must be [", H,
+             "] (one logit per head) for output ", shape, ", got ", sinks.shape());
+  Tape<T>& tape = p.output.tape();
+  for (const Var<T>* x : {&p.output, &p.lse, &sinks}) tape.check(*x, "attention_sink");
+  const bool grad = p.output.requires_grad() || p.lse.requires_grad() || sinks.requires_grad();
+  auto [o, node] = tape.push(shape, "attention_sink", grad);
+  node.saved.resize(2);
+  Tensor<T> lse(p.lse.shape());
+  const T *x = p.output.value().data(), *lv = p.lse.value().data(), *sv = sinks.value().data();
+  T* out = node.value->data();
+  parallel_for(B * H * Tq, 2.0 * double(Dv), [&](index_t r) {
+    const detail::RowMerge<T> m = detail::merge_row(lv[r], sv[(r / Tq) % H]);
+    lse[r] = m.lse;
+    for (index_t c = 0; c < Dv; ++c) out[r * Dv + c] = m.wa * x[r * Dv + c];
+  });
+  tape.set_backward(
+      node, detail::AttentionSinkOp{p.output.index(), p.lse.index(), sinks.index(), B, H, Tq, Dv});
+  return {o, detail::push_second_output(tape, o, node, 1, lse.shape(), lse.data(),
+                                        "attention_sink.lse")};
+}
+
+// softmax₁: attention_sink with every sink logit 0 (not trained).
+template <class T>
+AttentionPartial<T> zero_sinks(const AttentionPartial<T>& p) {
+  detail::check_partial(p, "p", "zero_sinks");
+  return attention_sink(p, p.output.tape().leaf(Tensor<T>(Shape{p.output.shape()[1]})));
 }
 
 }  // namespace attn
