@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference values for tests/attention/test_partials.cpp, computed with PyTorch (the oracle).
+"""Reference values for tests/attention/test_kernel_features.cpp, computed with PyTorch (the oracle).
 
 Writes tests/attention/data/torch_kernels.txt: the softmax attention's output and each row's
 log-sum-exp with their gradients, and the merge of two partial attentions with its gradients, attention with sinks, and soft-capped scores,

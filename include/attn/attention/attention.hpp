@@ -105,8 +105,11 @@ struct Attention {
       return materialized_attention(fq, fk, v, detail::MaterializedForm{1, 0, 0},
                                     detail::IdentityKernel{}, mask, weights, dropout);
     } else {
-      const detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q,
-                                          Score::beta_k};
+      detail::MaterializedForm form{score.alpha(q.shape().last()), Score::beta_q, Score::beta_k};
+      if constexpr (HasSoftCap<Score>) {
+        detail::check_soft_cap(score.cap, "attention");
+        form.soft_cap = score.cap;
+      }
       const detail::ScoreBias<Score> bias{score};  // ALiBi's b_h(p_i − p_j); nothing for others
       return materialized_attention(q, k, v, form, kernel, mask, weights, dropout, bias,
                                     key_length);

@@ -225,6 +225,9 @@ ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask
   static_assert(!HasPositionBias<Score>,
                 "attn: the CUDA block programs add no position bias yet (score::Alibi runs on the "
                 "CPU paths)");
+  static_assert(!HasSoftCap<Score>,
+                "attn: the CUDA block programs apply no soft cap yet (score::SoftCap runs on the "
+                "CPU paths)");
   const int D = static_cast<int>(g.Dh);
   tile_product(blk, query_tile, key_tile, D, q, ld, 1, k, 1, ld, [&](int i, int j, Acc qk) {
     const bool ok =

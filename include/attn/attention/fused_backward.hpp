@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -252,7 +253,24 @@ class FusedBackward {
     }
     for (index_t i = 0; i < t.br; ++i)
       softmax_grad_row(w.p + i * w.ldp, dp + i * lds, t.bc, x_.D[row0 + i]);
+    if constexpr (HasSoftCap<Score>) soft_cap_grad(t, w, dp);
     return true;
+  }
+
+  // Pass 2, soft-capped scores: dS of the raw score = dS of the capped one ∘ (1 − (s / c)²),
+  // s = c tanh(raw / c) the capped score, rebuilt as lse + log P (the kept weights have no
+  // scores beside them); where P = 0, dS is 0 already.
+  void soft_cap_grad(const BackwardTile& t, const TileWeights<T>& w, T* ds) const {
+    const T c = static_cast<T>(scores_.score.cap);
+    const index_t row0 = g_.row(t.b, t.h, t.i0);
+    for (index_t i = 0; i < t.br; ++i)
+      for (index_t j = 0; j < t.bc; ++j) {
+        const T p = w.p[i * w.ldp + j];
+        if (p > T{0}) {
+          const T s = (x_.lse[row0 + i] + std::log(p)) / c;
+          ds[i * lds + j] *= T{1} - s * s;
+        }
+      }
   }
 
   // Pass 3: the products of tile t's dS (sc.dp) and P into the sums.
@@ -326,7 +344,8 @@ struct OnlineSoftmaxOp {
 
   // With P = exp(S − lse) and D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = alpha dS K,
-  //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k,
+  //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k  (dS through the soft cap's derivative when
+  //   the score has one),
   // (with a gradient of the log-sum-exp, D_i − dlse_i in D_i's place) by the passes of
   // FusedBackward in one walk or two (single_pass).
   template <class T>

@@ -3,9 +3,10 @@
 // the plain-GEMM path the fused kernel is measured against. Does not tile: memory is O(T²) per
 // head in flight (one head per thread at a time).
 //
-// S = alpha A Bᵀ + beta_a ‖a_i‖² + beta_b ‖b_j‖² [+ b_h(p_i − p_j)],  K = κ(S) on allowed entries
-// (0 elsewhere), W = K / rowsum(K) (a row summing to 0 gives W = 0),  O = W V. The position bias
-// b_h is a score's (score.hpp: ALiBi), added per element.
+// S = alpha A Bᵀ + beta_a ‖a_i‖² + beta_b ‖b_j‖² [+ b_h(p_i − p_j)] [→ c tanh(S / c)],  K = κ(S) on
+// allowed entries (0 elsewhere), W = K / rowsum(K) (a row summing to 0 gives W = 0),  O = W V. The
+// position bias b_h is a score's (score.hpp: ALiBi), added per element; the soft cap c a score's
+// too (score::SoftCap).
 #pragma once
 
 #include <Eigen/Core>
@@ -36,6 +37,7 @@ struct IdentityKernel {
 
 struct MaterializedForm {
   double alpha = 1, beta_a = 0, beta_b = 0;
+  double soft_cap = 0;  // > 0: S → soft_cap · tanh(S / soft_cap) after the bias (score::SoftCap)
 };
 
 // Where the per-pair position bias of a form comes from: nowhere (NoScoreBias) or a score policy
@@ -84,6 +86,10 @@ void materialize_head(const MaterializedForm& form, const Kappa& kappa, const Ma
     for (index_t i = 0; i < g.Tq; ++i)
       for (index_t j = 0; j < g.Tk; ++j)
         sc.s(i, j) += static_cast<T>(position_bias(g.query_position(i) - j));
+  }
+  if (form.soft_cap > 0) {
+    const T c = static_cast<T>(form.soft_cap);
+    sc.s = c * (sc.s.array() / c).tanh();
   }
   sc.k.resize(g.Tq, g.Tk);
   sc.z.resize(g.Tq);
@@ -163,9 +169,12 @@ struct MaterializedOp {
           const T dot = sc.dw.row(i).dot(sc.w.row(i));
           for (index_t j = 0; j < g.Tk; ++j) {
             const T dk = (sc.dw(i, j) - dot) / sc.z(i);
-            sc.dw(i, j) = mask->allowed(b, i, j, g.Tq, g.Tk)
-                              ? dk * kappa.derivative(sc.s(i, j), sc.k(i, j))
-                              : T{0};
+            T ds = dk * kappa.derivative(sc.s(i, j), sc.k(i, j));
+            if (form.soft_cap > 0) {  // through the cap: 1 − tanh² = 1 − (s / c)²
+              const T u = sc.s(i, j) / static_cast<T>(form.soft_cap);
+              ds *= T{1} - u * u;
+            }
+            sc.dw(i, j) = mask->allowed(b, i, j, g.Tq, g.Tk) ? ds : T{0};
           }
         }
         // sc.dw now holds dS; its row and column sums, then alpha dS.
@@ -206,6 +215,7 @@ Var<T> materialized_attention(const Var<T>& a, const Var<T>& bk, const Var<T>& v
   const detail::AttentionGeometry g = detail::checked_geometry(a, bk, v, "attention", key_length);
   mask.validate(g.B, g.Tq, g.Tk);
   dropout.check("attention");
+  if (form.soft_cap != 0) detail::check_soft_cap(form.soft_cap, "attention");
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              a.requires_grad() || bk.requires_grad() || v.requires_grad());
   if (weights) weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});

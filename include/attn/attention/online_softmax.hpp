@@ -48,8 +48,8 @@ struct DotForm {
 };
 
 template <ScorePolicy Score>
-inline constexpr bool runs_as_dot_form =
-    Score::beta_k == 0 && !HasPositionBias<Score> && !std::is_same_v<Score, DotForm>;
+inline constexpr bool runs_as_dot_form = Score::beta_k == 0 && !HasPositionBias<Score> &&
+                                         !HasSoftCap<Score> && !std::is_same_v<Score, DotForm>;
 
 }  // namespace detail
 
@@ -65,6 +65,7 @@ AttentionPartial<T> fused_attention(const Var<T>& q, const Var<T>& k, const Var<
   const AttentionGeometry g = checked_geometry(q, k, v, "attention", key_length);
   mask.validate(g.B, g.Tq, g.Tk);
   dropout.check("attention");
+  check_score(score, "attention");
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
                              q.requires_grad() || k.requires_grad() || v.requires_grad());
   const bool keep = node.requires_grad && save_weights_for_backward(plan, g);

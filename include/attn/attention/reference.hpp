@@ -5,7 +5,8 @@
 //   o_i = Σ_j w_ij v_j,   w_ij = κ(q_i, k_j) / Σ_l κ(q_i, k_l)   over the keys the mask allows,
 //
 // with κ = exp(s) (Softmax), s^C (Polynomial<C>) or φ(q)·φ(k) (feature maps), s = the score's
-// operator()(q, k, d) plus its position bias b_h(p_i − p_j) if it has one, and o_i = 0 when no
+// operator()(q, k, d) plus its position bias b_h(p_i − p_j) if it has one (through its soft cap
+// if it has one, score::SoftCap), and o_i = 0 when no
 // key is allowed or the normaliser is 0. Includes the policies and core only, never the paths it
 // checks.
 #pragma once
@@ -98,9 +99,9 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
           double smax = -std::numeric_limits<double>::infinity();
           const auto position_bias = head_position_bias(score, h, g.H);
           for (index_t j = 0; j < g.Tk; ++j) {
-            s[static_cast<std::size_t>(j)] =
-                score(q.data() + g.q_off(b, h, i), k.data() + g.k_off(b, hk, j), g.Dh) +
-                position_bias(g.query_position(i) - j);
+            s[static_cast<std::size_t>(j)] = soft_capped(
+                score, score(q.data() + g.q_off(b, h, i), k.data() + g.k_off(b, hk, j), g.Dh) +
+                           position_bias(g.query_position(i) - j));
             if (ok[static_cast<std::size_t>(j)])
               smax = std::max(smax, s[static_cast<std::size_t>(j)]);
           }

@@ -41,6 +41,22 @@ concept HasPositionBias = requires(const S& s, index_t h) {
   { s.position_bias(h, h)(h) } -> std::convertible_to<double>;
 };
 
+// A score with a soft cap (score::SoftCap): every path maps its score, the position bias
+// included, through soft_capped() before masking.
+template <class S>
+concept HasSoftCap = requires(const S& s) {
+  { s.cap } -> std::convertible_to<double>;
+};
+
+// x → cap · tanh(x / cap) for a score with a soft cap, x itself for the others.
+template <class S, class T>
+ATTN_HOST_DEVICE T soft_capped(const S& s, T x) {
+  if constexpr (HasSoftCap<S>)
+    return static_cast<T>(s.cap) * std::tanh(x / static_cast<T>(s.cap));
+  else
+    return x;
+}
+
 namespace score {
 
 namespace detail {
@@ -123,6 +139,21 @@ struct Alibi : ScaledDot {
   ATTN_HOST_DEVICE Bias position_bias(index_t h, index_t heads) const { return {slope(h, heads)}; }
 };
 
+// Logit soft-capping (Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size"):
+// the score of S, its position bias included, becomes cap · tanh(s / cap) before masking, so no
+// logit leaves (−cap, cap) and its gradient fades smoothly near the cap instead of the softmax
+// saturating. cap > 0 (Gemma 2 uses 50 on its attention logits). operator()(q, k, d) stays S's,
+// uncapped: every path applies the cap after adding the bias (attn::soft_capped). S's beta_q must
+// be 0: the fused kernels leave beta_q ‖q‖² out of the scores, which the cap would not let cancel.
+template <ScorePolicy S>
+struct SoftCap : S {
+  static_assert(S::beta_q == 0,
+                "attn: soft-capping needs a score without a beta_q ‖q‖² term (the fused kernels "
+                "leave it out, and under the cap it no longer cancels)");
+  static constexpr const char* name = "soft_cap";
+  double cap = 50.0;
+};
+
 }  // namespace score
 
 // The position bias of score S for head h of `heads` as a callable of the distance p_i − p_j;
@@ -173,5 +204,7 @@ static_assert(ScorePolicy<score::Dot>);
 static_assert(ScorePolicy<score::ScaledDot>);
 static_assert(ScorePolicy<score::NegSqEuclidean>);
 static_assert(ScorePolicy<score::Alibi> && HasPositionBias<score::Alibi>);
+static_assert(ScorePolicy<score::SoftCap<score::ScaledDot>> &&
+              HasSoftCap<score::SoftCap<score::ScaledDot>>);
 
 }  // namespace attn

@@ -125,7 +125,8 @@ EIGEN_DONT_INLINE void live_weights_product(const TileBlocks& t, bool key_side, 
 
 // Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² + b_h(p_i − p_j) (beta_q ‖q‖² is the same for every
 // key of a row and cancels in softmax, so it is left out here and in the saved log-sum-exp
-// alike; the position bias b_h only for scores that have one, see score.hpp).
+// alike; the position bias b_h only for scores that have one, see score.hpp), through the
+// score's soft cap when it has one.
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 struct ScoreTiles {
   const Score& score;
@@ -162,6 +163,12 @@ struct ScoreTiles {
         rmax[i] = row_max(row, bc);
       }
     }
+    if constexpr (HasSoftCap<Score>)  // after the bias, before the mask
+      for (index_t i = 0; i < br; ++i) {
+        T* row = s + i * lds;
+        for (index_t j = 0; j < bc; ++j) row[j] = soft_capped(score, row[j]);
+        rmax[i] = row_max(row, bc);
+      }
     if (kind == TileKind::partial) {
       constexpr T ninf = -std::numeric_limits<T>::infinity();
       for (index_t i = 0; i < br; ++i) {

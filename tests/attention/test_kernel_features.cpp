@@ -1,9 +1,11 @@
-// Partial attention results (partials.hpp): the fused kernel's log-sum-exp output,
-// merge_attention and attention sinks, against a reference written out here in double, against
+// The softmax attention's features beyond the plain score: partial results (partials.hpp: the
+// fused kernel's log-sum-exp output, merge_attention), attention sinks and soft-capped scores,
+// against a reference written out here in double, against
 // PyTorch's values (data/torch_kernels.txt), by finite differences, and merged partials against the
 // whole.
 #include <doctest/doctest.h>
 
+#include <attn/attention/reference.hpp>
 #include <attn/attn.hpp>
 #include <attn/autodiff/check_gradient.hpp>
 #include <cmath>
@@ -505,4 +507,159 @@ TEST_CASE("MultiHeadAttention with config.sinks: a sink logit per head, trained 
           }).find("attention sinks (config.sinks) need the fused softmax path") !=
           std::string::npos);
   }
+}
+
+namespace {
+
+using Capped = score::SoftCap<score::ScaledDot>;
+using CappedAlibi = score::SoftCap<score::Alibi>;
+
+template <class Score>
+attn::Attention<Score, kernel::Softmax, mask::Causal> capped_op(
+    double cap, const attn::AttentionBackward& plan = {}) {
+  attn::Attention<Score, kernel::Softmax, mask::Causal> op;
+  op.score.cap = cap;
+  op.backward = plan;
+  return op;
+}
+
+template <class Score>
+void check_torch_soft_cap(const std::string& name, double cap) {
+  auto ref = [&](const std::string& t) -> const Tensor<double>& {
+    return torch_value(name + "." + t);
+  };
+  auto compare = [&](const std::string& what, const auto& o, const auto* lse, const auto& q,
+                     const auto& k, const auto& v) {
+    torch_reference::check_close(what + "o", o, ref("o"), torch_tolerance);
+    if (lse) torch_reference::check_close(what + "lse", *lse, ref("lse"), torch_tolerance);
+    torch_reference::check_close(what + "grad.q", q, ref("grad.q"), torch_tolerance);
+    torch_reference::check_close(what + "grad.k", k, ref("grad.k"), torch_tolerance);
+    torch_reference::check_close(what + "grad.v", v, ref("grad.v"), torch_tolerance);
+  };
+  for (const auto& plan : partial_plans) {  // the fused path
+    attn::Tape<double> tape;
+    auto q = tape.leaf(ref("q"), true), k = tape.leaf(ref("k"), true),
+         v = tape.leaf(ref("v"), true);
+    const auto p = capped_op<Score>(cap, plan).partial(q, k, v);
+    tape.backward(partial_loss(p, &ref("r"), &ref("r_lse")));
+    compare(name + " fused (plan " + std::to_string(int(plan.weights)) + "/" +
+                std::to_string(int(plan.passes)) + ") ",
+            p.output.value(), &p.lse.value(), q.grad(), k.grad(), v.grad());
+  }
+  {  // the materialised path: the output's gradients only (it has no log-sum-exp out)
+    attn::Tape<double> tape;
+    auto q = tape.leaf(ref("q"), true), k = tape.leaf(ref("k"), true),
+         v = tape.leaf(ref("v"), true);
+    const auto o = capped_op<Score>(cap).materialized(q, k, v);
+    tape.backward(attn::sum(o * tape.leaf(ref("r"))));
+    // The torch gradients include the lse term; check the output alone against torch and the
+    // gradients against the fused path run on the same loss.
+    torch_reference::check_close(name + " materialised o", o.value(), ref("o"), torch_tolerance);
+    attn::Tape<double> fused;
+    auto fq = fused.leaf(ref("q"), true), fk = fused.leaf(ref("k"), true),
+         fv = fused.leaf(ref("v"), true);
+    fused.backward(attn::sum(capped_op<Score>(cap)(fq, fk, fv) * fused.leaf(ref("r"))));
+    CHECK(max_abs_diff(q.grad(), fq.grad()) < 1e-12);
+    CHECK(max_abs_diff(k.grad(), fk.grad()) < 1e-12);
+    CHECK(max_abs_diff(v.grad(), fv.grad()) < 1e-12);
+  }
+  {  // the reference
+    Score s;
+    s.cap = cap;
+    const auto r = attn::reference_attention(ref("q"), ref("k"), ref("v"), s, kernel::Softmax{},
+                                             mask::Causal{});
+    torch_reference::check_close(name + " reference o", r.out, ref("o"), torch_tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("soft-capped scores match PyTorch on the fused, materialised and reference paths") {
+  SUBCASE("scaled dot, cap 2, Tq = 20 < Tk = 140") {
+    check_torch_soft_cap<Capped>("softcap", 2.0);
+  }
+  SUBCASE("ALiBi inside the cap, cap 1.5") {
+    check_torch_soft_cap<CappedAlibi>("softcap_alibi", 1.5);
+  }
+}
+
+TEST_CASE("soft-capped scores: finite differences, a wide cap, bad caps, thread counts") {
+  const Tensor<double> q = normal_tensor<double>(Shape{1, 2, 9, 4}, 50, 3.0),
+                       k = normal_tensor<double>(Shape{1, 1, 11, 4}, 51),
+                       v = normal_tensor<double>(Shape{1, 1, 11, 3}, 52),
+                       r = normal_tensor<double>(Shape{1, 2, 9, 3}, 53),
+                       r_lse = normal_tensor<double>(Shape{1, 2, 9}, 54);
+  SUBCASE("finite differences, fused (every plan) and materialised") {
+    for (const auto& plan : partial_plans) {
+      const auto op = capped_op<Capped>(1.5, plan);
+      const auto result = attn::check_gradient(
+          [&](const std::vector<attn::Var<double>>& x) {
+            return partial_loss(op.partial(x[0], x[1], x[2]), &r, &r_lse);
+          },
+          {q, k, v}, 1e-6, 1e-6);
+      CHECK_MESSAGE(result.ok, result.report());
+    }
+    const auto op = capped_op<CappedAlibi>(1.5);
+    const auto result = attn::check_gradient(
+        [&](const std::vector<attn::Var<double>>& x) {
+          return attn::sum(op.materialized(x[0], x[1], x[2]) * x[0].tape().leaf(r));
+        },
+        {q, k, v}, 1e-6, 1e-6);
+    CHECK_MESSAGE(result.ok, result.report());
+  }
+  SUBCASE("a cap far above every score changes almost nothing") {
+    attn::Tape<double> tape;
+    const auto capped = capped_op<Capped>(1e7).partial(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+    const auto plain =
+        op_of<score::ScaledDot>(mask::Causal{}).partial(tape.leaf(q), tape.leaf(k), tape.leaf(v));
+    CHECK(max_abs_diff(capped.output.value(), plain.output.value()) < 1e-9);
+    CHECK(max_abs_diff(capped.lse.value(), plain.lse.value()) < 1e-9);
+  }
+  SUBCASE("a cap that is not positive and finite is refused on every path") {
+    for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN()}) {
+      attn::Tape<double> tape;
+      const auto op = capped_op<Capped>(bad);
+      auto x = tape.leaf(q), y = tape.leaf(k), z = tape.leaf(v);
+      CHECK(attn::test::message_of<attn::value_error>([&] {
+              op(x, y, z);
+            }).find("attention: the soft cap must be positive and finite") != std::string::npos);
+      CHECK(attn::test::message_of<attn::value_error>([&] {
+              op.materialized(x, y, z);
+            }).find("attention: the soft cap must be positive and finite") != std::string::npos);
+    }
+  }
+  SUBCASE("1 and 2 threads give the same bits") {
+    const Tensor<float> fq = normal_tensor<float>(Shape{2, 4, 150, 16}, 55, 3.0),
+                        fk = normal_tensor<float>(Shape{2, 4, 300, 16}, 56),
+                        fv = normal_tensor<float>(Shape{2, 4, 300, 16}, 57),
+                        fr = normal_tensor<float>(Shape{2, 4, 150, 16}, 58);
+    auto grads = [&](const attn::AttentionBackward& plan) {
+      attn::Tape<float> tape;
+      auto x = tape.leaf(fq, true), y = tape.leaf(fk, true), z = tape.leaf(fv, true);
+      tape.backward(attn::sum(capped_op<Capped>(5.0, plan)(x, y, z) * tape.leaf(fr)));
+      return std::vector<Tensor<float>>{x.grad(), y.grad(), z.grad()};
+    };
+    const int saved = attn::num_threads();
+    for (const auto& plan : partial_plans) {
+      attn::set_num_threads(1);
+      const auto one = grads(plan);
+      attn::set_num_threads(2);
+      const auto two = grads(plan);
+      for (std::size_t i = 0; i < one.size(); ++i)
+        CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
+    }
+    attn::set_num_threads(saved);
+  }
+}
+
+TEST_CASE("MultiHeadAttention with a soft-capped score trains and decodes") {
+  using Mha =
+      attn::MultiHeadAttention<Capped, kernel::Softmax, mask::Causal, attn::Heads<attn::dynamic>,
+                               attn::projection::Separate, double>;
+  Mha mha({.d_model = 12, .heads = 2, .seed = 8});
+  mha.score.cap = 0.5;
+  const Tensor<double> x = normal_tensor<double>(Shape{2, 6, 12}, 60, 4.0);
+  attn::test::check_gradients(mha, x, [&](const attn::Var<double>& in) { return mha(in); });
+  attn::test::check_decode(mha, x);
 }
