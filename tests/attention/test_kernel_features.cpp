@@ -87,6 +87,21 @@ attn::Attention<Score, kernel::Softmax, Mask> op_of(const Mask& m,
   return op;
 }
 
+// grads(plan) -> tensors, for every backward plan: the same bits on 1 and on 2 threads.
+template <class F>
+void same_bits_on_1_and_2_threads(F&& grads) {
+  const int saved = attn::num_threads();
+  for (const auto& plan : partial_plans) {
+    attn::set_num_threads(1);
+    const auto one = grads(plan);
+    attn::set_num_threads(2);
+    const auto two = grads(plan);
+    for (std::size_t i = 0; i < one.size(); ++i)
+      CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
+  }
+  attn::set_num_threads(saved);
+}
+
 // ---- the PyTorch reference file ----------------------------------------------------------------
 
 constexpr double torch_tolerance = 1e-10;  // double against double: rounding only
@@ -342,16 +357,7 @@ TEST_CASE("the gradients of a partial attention with sinks do not depend on the 
     tape.backward(partial_loss(attn::attention_sink(p, s), &r, &r_lse));
     return std::vector<Tensor<float>>{x.grad(), y.grad(), z.grad(), s.grad()};
   };
-  const int saved = attn::num_threads();
-  for (const auto& plan : partial_plans) {
-    attn::set_num_threads(1);
-    const auto one = grads(plan);
-    attn::set_num_threads(2);
-    const auto two = grads(plan);
-    for (std::size_t i = 0; i < one.size(); ++i)
-      CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
-  }
-  attn::set_num_threads(saved);
+  same_bits_on_1_and_2_threads(grads);
 }
 
 TEST_CASE("attention sinks match PyTorch's softmax over the scores and one sink logit per head") {
@@ -640,16 +646,7 @@ TEST_CASE("soft-capped scores: finite differences, a wide cap, bad caps, thread 
       tape.backward(attn::sum(capped_op<Capped>(5.0, plan)(x, y, z) * tape.leaf(fr)));
       return std::vector<Tensor<float>>{x.grad(), y.grad(), z.grad()};
     };
-    const int saved = attn::num_threads();
-    for (const auto& plan : partial_plans) {
-      attn::set_num_threads(1);
-      const auto one = grads(plan);
-      attn::set_num_threads(2);
-      const auto two = grads(plan);
-      for (std::size_t i = 0; i < one.size(); ++i)
-        CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
-    }
-    attn::set_num_threads(saved);
+    same_bits_on_1_and_2_threads(grads);
   }
 }
 

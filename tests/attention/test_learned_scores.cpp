@@ -534,6 +534,7 @@ TEST_CASE("configuration and input errors name the problem") {
   CHECK(message_of<attn::shape_error>([&] {
           synth.decode(tape.leaf(Tensor<double>(Shape{2, 2, 6})), full);
         }).find("5 key positions, more than config.max_length = 4") != std::string::npos);
+  CHECK(full.length() == 3);  // the step that threw left the cache as it was
   c.d_model = 7;
   CHECK(message_of<attn::value_error>([&] {
           attn::AdditiveAttention<mask::None, Dyn, double> s(c);

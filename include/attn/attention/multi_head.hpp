@@ -334,38 +334,32 @@ class MultiHeadAttention {
   Var<T> decode(const Var<T>& x, KVCache<T>& cache, const Mask& mask = {}) {
     Tape<T>& tape = x.tape();
     detail::check_module_input(x, d_model(), "MultiHeadAttention", "x");
-    const index_t L = cache.length();
-    Var<T> q = detail::split_heads(q_proj(tape, x), heads());               // [B, H, t, Dh]
-    const Var<T> v_new = detail::split_heads(v_proj(tape, x), kv_heads());  // [B, Hk, t, Dh]
-    if constexpr (key_free) {
-      const Shape& s = v_new.shape();
-      // Scores first: a step past the score's longest sequence throws with the cache untouched.
-      const Var<T> scores = score.scores(score_params, q, L + s[2], mask);
-      cache.append(Tensor<T>(Shape{s[0], s[1], s[2], 0}), v_new.value(), "MultiHeadAttention");
-      return finish(attend_scores(scores, q, Var<T>(), tape.leaf(cache.values()), mask, nullptr));
-    } else {
-      Var<T> k_new = tied ? q : detail::split_heads(key_projection()(tape, x), kv_heads());
-      if constexpr (form == ScoreForm::transformed) {
-        k_new = score.transform_k(score_params, k_new, L);
-        q = score.transform_q(score_params, q, L);
-      }
-      cache.append(k_new.value(), v_new.value(), "MultiHeadAttention");
-      if constexpr (form == ScoreForm::pairwise) {
-        const Var<T> k = tape.leaf(cache.keys());
-        return finish(attend_scores(score.scores(score_params, q, k, mask), q, k,
-                                    tape.leaf(cache.values()), mask, nullptr));
-      } else if constexpr (Kernel::feature_map) {  // the linear path reads whole tensors
-        return finish(attend(q, tape.leaf(cache.keys()), tape.leaf(cache.values()), mask, nullptr));
+    const index_t L = cache.length(), t = x.shape()[1];
+    const Var<T> q = detail::split_heads(q_proj(tape, x), heads());     // [B, H, t, Dh]
+    const Var<T> v = detail::split_heads(v_proj(tape, x), kv_heads());  // [B, Hk, t, Dh]
+    Var<T> k;
+    if constexpr (!key_free)
+      k = tied ? q : detail::split_heads(key_projection()(tape, x), kv_heads());
+    // The new keys (transformed, for transformed scores) and values join the cache; attention
+    // reads all of it.
+    auto cached = [&](const Var<T>& k_new, const Var<T>& v_new) {
+      if constexpr (key_free) {
+        const Shape& s = v_new.shape();
+        cache.append(Tensor<T>(Shape{s[0], s[1], s[2], 0}), v_new.value(), "MultiHeadAttention");
+        return Keys{Var<T>(), tape.leaf(cache.values()), 0};
       } else {
+        cache.append(k_new.value(), v_new.value(), "MultiHeadAttention");
+        if constexpr (form == ScoreForm::pairwise || Kernel::feature_map)  // whole tensors
+          return Keys{tape.leaf(cache.keys()), tape.leaf(cache.values()), 0};
         // Read in place when nothing will run backward through the step; with gradients
         // recorded, a copy, so a later append that moves the storage cannot pull it away.
-        auto stored = [&](const Tensor<T>& t) {
-          return tape.grad_enabled() ? tape.leaf(t) : tape.view(t);
+        auto stored = [&](const Tensor<T>& s) {
+          return tape.grad_enabled() ? tape.leaf(s) : tape.view(s);
         };
-        return finish(attend(q, stored(cache.key_storage()), stored(cache.value_storage()), mask,
-                             nullptr, cache.length()));
+        return Keys{stored(cache.key_storage()), stored(cache.value_storage()), cache.length()};
       }
-    }
+    };
+    return attend_form(q, k, v, L, L, L + t, mask, nullptr, cached);
   }
 
   // Visits every parameter with its name: q_proj.weight, q_proj.bias, k_proj.*, the score's,
@@ -398,23 +392,50 @@ class MultiHeadAttention {
                  " and memory ", m.shape(), " differ in batch size");
     }
     const index_t tq = x.shape()[1], tk = m.shape()[1];
-    Var<T> q = detail::split_heads(q_proj(tape, x), heads());           // [B, H, Tq, Dh]
+    const Var<T> q = detail::split_heads(q_proj(tape, x), heads());     // [B, H, Tq, Dh]
     const Var<T> v = detail::split_heads(v_proj(tape, m), kv_heads());  // [B, Hk, Tk, Dh]
+    Var<T> k;
+    if constexpr (!key_free)
+      k = tied ? (self ? q : detail::split_heads(q_proj(tape, m), heads()))
+               : detail::split_heads(key_projection()(tape, m), kv_heads());
+    // Queries end-aligned with the keys.
+    return attend_form(q, k, v, 0, tk - tq, tk, mask, weights,
+                       [](const Var<T>& k_all, const Var<T>& v_all) {
+                         return Keys{k_all, v_all, 0};
+                       });
+  }
+
+  // The keys and values attention reads: k empty for a key-free score; key_length > 0 when they
+  // are a cache's storage, of which the first key_length rows per head count.
+  struct Keys {
+    Var<T> k, v;
+    index_t key_length;
+  };
+
+  // The one dispatch on the score's form, for forward and decode: q [B, H, Tq, Dh] and the new
+  // k, v (k empty for a key-free score), whose first key sits at position k_position and first
+  // query at q_position, attending to tk keys in all; keys(k', v) gives the keys to read from
+  // the new ones (transformed, for a transformed score): forward's own, or the cache after it
+  // took them. A key-free score's scores are made first, so a decoding step past its longest
+  // sequence throws with the cache untouched.
+  template <class KeysOf>
+  Var<T> attend_form(Var<T> q, Var<T> k, const Var<T>& v, index_t k_position, index_t q_position,
+                     index_t tk, const Mask& mask, Tensor<T>* weights, KeysOf&& keys) {
     if constexpr (key_free) {
-      return finish(
-          attend_scores(score.scores(score_params, q, tk, mask), q, Var<T>(), v, mask, weights));
+      const Var<T> scores = score.scores(score_params, q, tk, mask);
+      const Keys kv = keys(Var<T>(), v);
+      return finish(attend_scores(scores, q, Var<T>(), kv.v, mask, weights));
     } else {
-      Var<T> k = tied ? (self ? q : detail::split_heads(q_proj(tape, m), heads()))
-                      : detail::split_heads(key_projection()(tape, m), kv_heads());
       if constexpr (form == ScoreForm::transformed) {
-        k = score.transform_k(score_params, k, 0);
-        q = score.transform_q(score_params, q, tk - tq);  // queries end-aligned with the keys
+        k = score.transform_k(score_params, k, k_position);
+        q = score.transform_q(score_params, q, q_position);
       }
+      const Keys kv = keys(k, v);
       if constexpr (form == ScoreForm::pairwise)
         return finish(
-            attend_scores(score.scores(score_params, q, k, mask), q, k, v, mask, weights));
+            attend_scores(score.scores(score_params, q, kv.k, mask), q, kv.k, kv.v, mask, weights));
       else
-        return finish(attend(q, k, v, mask, weights));
+        return finish(attend(q, kv.k, kv.v, mask, weights, kv.key_length));
     }
   }
 
