@@ -47,6 +47,14 @@ def scores(q, k, score):
     raise ValueError(score)
 
 
+def causal_masked(s):
+    """s [..., Tq, Tk] with the keys after each end-aligned query at -inf."""
+    tq, tk = s.shape[-2], s.shape[-1]
+    i = torch.arange(tq).unsqueeze(1)
+    j = torch.arange(tk).unsqueeze(0)
+    return s.masked_fill(j > i + (tk - tq), float("-inf"))
+
+
 def attention_case(name, seed, b, h, hk, tq, tk, dh, dv, score, causal):
     gen = torch.Generator().manual_seed(seed)
     q = randn(gen, b, h, tq, dh).requires_grad_(True)
@@ -56,9 +64,7 @@ def attention_case(name, seed, b, h, hk, tq, tk, dh, dv, score, causal):
     r_lse = randn(gen, b, h, tq)
     s = scores(q, k, score)
     if causal:
-        i = torch.arange(tq).unsqueeze(1)
-        j = torch.arange(tk).unsqueeze(0)
-        s = s.masked_fill(j > i + (tk - tq), float("-inf"))
+        s = causal_masked(s)
     lse = torch.logsumexp(s, dim=-1)
     o = torch.softmax(s, dim=-1) @ v.repeat_interleave(h // hk, dim=1)
     loss = (o * r).sum() + (lse * r_lse).sum()
@@ -80,9 +86,7 @@ def sink_case(name, seed, b, h, hk, tq, tk, dh, dv):
     r = randn(gen, b, h, tq, dv)
     r_lse = randn(gen, b, h, tq)
     s = scores(q, k, "scaled_dot")
-    i = torch.arange(tq).unsqueeze(1)
-    j = torch.arange(tk).unsqueeze(0)
-    s = s.masked_fill(j > i + (tk - tq), float("-inf"))
+    s = causal_masked(s)
     s = torch.cat([s, sinks.view(1, h, 1, 1).expand(b, h, tq, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
     o = torch.softmax(s, dim=-1)[..., :tk] @ v.repeat_interleave(h // hk, dim=1)
@@ -108,9 +112,7 @@ def softcap_case(name, seed, b, h, tq, tk, dh, dv, cap, alibi, scale):
     if alibi:
         s = s + alibi_bias(h, tk)
     s = cap * torch.tanh(s / cap)
-    i = torch.arange(tq).unsqueeze(1)
-    j = torch.arange(tk).unsqueeze(0)
-    s = s.masked_fill(j > i + (tk - tq), float("-inf"))
+    s = causal_masked(s)
     lse = torch.logsumexp(s, dim=-1)
     o = torch.softmax(s, dim=-1) @ v
     loss = (o * r).sum() + (lse * r_lse).sum()
