@@ -162,8 +162,17 @@ Var<T> attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& 
 #define ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, S, M)                                          \
   PREFIX Var<float> online_softmax_attention<S, M, float>(                                         \
       const Var<float>&, const Var<float>&, const Var<float>&, const S&, const M&, Tensor<float>*, \
-      const AttentionDropout&, const AttentionBackward&, index_t);
+      const AttentionDropout&, const AttentionBackward&, index_t);                                 \
+  PREFIX AttentionPartial<float> online_softmax_attention_partial<S, M, float>(                    \
+      const Var<float>&, const Var<float>&, const Var<float>&, const S&, const M&,                 \
+      const AttentionDropout&, const AttentionBackward&, index_t, Tensor<float>*);
+// Every MultiHeadAttention on the fused path can take sinks (a run-time setting), so the sink
+// op is compiled once too.
+#define ATTN_ATTENTION_SINK_INSTANTIATIONS(PREFIX, T) \
+  PREFIX AttentionPartial<T> attention_sink<T>(const AttentionPartial<T>&, const Var<T>&);
 #define ATTN_ATTENTION_INSTANTIATIONS(PREFIX)                                      \
+  ATTN_ATTENTION_SINK_INSTANTIATIONS(PREFIX, float)                                \
+  ATTN_ATTENTION_SINK_INSTANTIATIONS(PREFIX, double)                               \
   ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::None)                    \
   ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, float, mask::Causal)                  \
   ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, double, mask::None)                   \
