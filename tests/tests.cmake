@@ -18,8 +18,10 @@ attn_add_test(autodiff_allocation autodiff/test_allocation.cpp)
 attn_add_test(attention_paths attention/test_paths_softmax.cpp attention/test_paths_polynomial.cpp
               attention/test_paths_feature_map.cpp)
 attn_add_test(attention attention/test_attention_misc.cpp attention/test_identities.cpp attention/test_multi_head.cpp
+              attention/test_non_finite.cpp
               attention/test_masks.cpp RUN_HEAVY)
-attn_add_test(attention_torch_parity attention/test_torch_parity.cpp attention/test_kernel_features.cpp DATA)
+attn_add_test(attention_torch_parity attention/test_torch_parity.cpp attention/test_kernel_features.cpp
+              attention/test_learned_bias.cpp DATA)
 attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp dist/test_shard.cpp DATA)
 # Programs that must not compile, each with the concept or static_assert it must trip.
 attn_add_compile_fail_test(compile_fail_score_missing_alpha compile_fail/score_missing_alpha.cpp REGEX "ScorePolicy")

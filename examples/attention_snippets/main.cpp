@@ -230,6 +230,22 @@ void partials() {
   // [end]
 }
 
+void learned_biases() {
+  attn::Rng rng(14);
+  attn::Tape<float> tape;
+  const attn::Var<float> q = randn(tape, rng, {2, 4, 64, 8}), k = randn(tape, rng, {2, 4, 64, 8}),
+                         v = randn(tape, rng, {2, 4, 64, 8});
+  // [doc:learned_biases]
+  // T5's relative-position buckets: a table [H, 32] that the loss trains like any parameter.
+  attn::Var<float> table = tape.leaf(attn::Tensor<float>(attn::Shape{4, 32}), true);
+  attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, attn::mask::Causal> op;
+  attn::Var<float> o = op(q, k, v, attn::t5_relative_bias(table, /*bidirectional=*/false));
+  tape.backward(attn::sum(o * o));
+  std::printf("learned_biases: d table%s; head 0, bucket 0 (the query's own position): %.3f\n",
+              table.grad().shape().str().c_str(), table.grad()(0, 0));
+  // [end]
+}
+
 void paths() {
   attn::Rng rng(7);
   attn::Tape<float> tape;
@@ -429,6 +445,7 @@ int main() {
   empty_rows();
   weights();
   partials();
+  learned_biases();
   paths();
   grouped_query();
   dropout();

@@ -36,6 +36,11 @@ inline constexpr AttentionName attention_registry[] = {
     {"additive", "additive (MLP) score w^T tanh(W1 q + W2 k), materialised weights"},
     {"linformer32", "Linformer: keys and values projected along time to 32 rows (causal)"},
     {"sink", "scaled dot with a learned sink logit per head in the softmax (attention sinks)"},
+    {"t5bias",
+     "scaled dot plus T5's learned relative-position buckets (32, causal; --positions none)"},
+    {"alibi-learned",
+     "ALiBi with learned per-head slopes, the paper's at the start "
+     "(--positions none)"},
 };
 
 // Another name of a registry entry.

@@ -40,22 +40,35 @@ template <attn::index_t K>
 using Linformer =
     attn::approx::LinformerAttention<K, attn::mask::Causal, attn::Heads<attn::dynamic>, float>;
 
-// Attn built with config.sinks set: a learned sink logit per head (attn::attention_sink).
-template <class Attn>
-struct WithSinks : Attn {
-  explicit WithSinks(attn::MultiHeadConfig c) : Attn(with_sinks(c)) {}
-
- private:
-  static attn::MultiHeadConfig with_sinks(attn::MultiHeadConfig c) {
-    c.sinks = true;
-    return c;
-  }
+// Attn built with its config edited by Edit: the variants that differ from another by a
+// run-time setting only, so they share its compiled code.
+template <class Attn, attn::MultiHeadConfig (*Edit)(attn::MultiHeadConfig)>
+struct WithConfig : Attn {
+  explicit WithConfig(attn::MultiHeadConfig c) : Attn(Edit(c)) {}
 };
+
+// A learned sink logit per head (attn::attention_sink).
+inline attn::MultiHeadConfig with_sinks(attn::MultiHeadConfig c) {
+  c.sinks = true;
+  return c;
+}
+// T5's relative-position buckets, a decoder's (one direction; 32 buckets, max distance 128).
+inline attn::MultiHeadConfig with_t5_bias(attn::MultiHeadConfig c) {
+  c.position_bias = attn::LearnedPositionBias::t5;
+  c.t5_bidirectional = false;
+  return c;
+}
+// ALiBi with learned slopes, the paper's at the start.
+inline attn::MultiHeadConfig with_learned_alibi(attn::MultiHeadConfig c) {
+  c.position_bias = attn::LearnedPositionBias::alibi;
+  return c;
+}
 
 // The module type of each registry entry (attention_names.hpp), in the registry's order.
 using AttentionTypes =
     std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer, Rotary, Alibi, Cosine,
-               Bilinear, Additive, Linformer<32>, WithSinks<Standard>>;
+               Bilinear, Additive, Linformer<32>, WithConfig<Standard, with_sinks>,
+               WithConfig<Standard, with_t5_bias>, WithConfig<Standard, with_learned_alibi>>;
 static_assert(std::tuple_size_v<AttentionTypes> == std::size(attention_registry),
               "every attention name needs its type, in the registry's order");
 

@@ -16,6 +16,7 @@
 #include "../module_gradients.hpp"
 #include "../test_util.hpp"
 #include "../torch_reference_file.hpp"
+#include "kernel_test_helpers.hpp"
 
 using attn::index_t;
 using attn::Shape;
@@ -29,19 +30,9 @@ namespace {
 using P = attn::AttentionPartial<double>;
 constexpr double ninf = -std::numeric_limits<double>::infinity();
 
-template <class T>
-Tensor<T> normal_tensor(const Shape& s, std::uint64_t seed, double scale = 1.0) {
-  attn::Rng rng(seed);
-  Tensor<T> t(s);
-  for (index_t i = 0; i < t.numel(); ++i) t[i] = static_cast<T>(scale * rng.normal());
-  return t;
-}
-
-const std::vector<attn::AttentionBackward> partial_plans = {
-    {attn::BackwardWeights::saved, attn::BackwardPasses::single},
-    {attn::BackwardWeights::saved, attn::BackwardPasses::two},
-    {attn::BackwardWeights::recomputed, attn::BackwardPasses::single},
-    {attn::BackwardWeights::recomputed, attn::BackwardPasses::two}};
+using kernel_tests::normal_tensor;
+using kernel_tests::torch_value;
+const std::vector<attn::AttentionBackward>& partial_plans = kernel_tests::backward_plans;
 
 // log Σ_j e^{s_ij} over the allowed keys of every row, in double from the score's own formula
 // (score(q, k, d) and its position bias) and the mask's allowed(): no tiles, no kernels.
@@ -87,41 +78,11 @@ attn::Attention<Score, kernel::Softmax, Mask> op_of(const Mask& m,
   return op;
 }
 
-// grads(plan) -> tensors, for every backward plan: the same bits on 1 and on 2 threads.
-template <class F>
-void same_bits_on_1_and_2_threads(F&& grads) {
-  const int saved = attn::num_threads();
-  for (const auto& plan : partial_plans) {
-    attn::set_num_threads(1);
-    const auto one = grads(plan);
-    attn::set_num_threads(2);
-    const auto two = grads(plan);
-    for (std::size_t i = 0; i < one.size(); ++i)
-      CHECK(std::equal(one[i].data(), one[i].data() + one[i].numel(), two[i].data()));
-  }
-  attn::set_num_threads(saved);
-}
+using kernel_tests::same_bits_on_1_and_2_threads;
 
 // ---- the PyTorch reference file ----------------------------------------------------------------
 
 constexpr double torch_tolerance = 1e-10;  // double against double: rounding only
-
-const torch_reference::ReferenceFile& torch_file() {
-  static const torch_reference::ReferenceFile file = torch_reference::load_reference(
-      std::string(ATTN_TESTS_SOURCE_DIR) + "/attention/data/torch_kernels.txt",
-      "attn-torch-kernels 1",
-      "scripts/oracle-venv, then build/oracle-venv/bin/python "
-      "tests/attention/torch_kernel_reference.py");
-  return file;
-}
-
-const Tensor<double>& torch_value(const std::string& name) {
-  const auto& file = torch_file();
-  REQUIRE_MESSAGE(file.error.empty(), file.error);
-  const auto it = file.tensors.find(name);
-  REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
-  return it->second;
-}
 
 template <class Score, class Mask>
 void check_torch_attention(const std::string& name, const Mask& m) {

@@ -5,7 +5,9 @@ Writes tests/attention/data/torch_kernels.txt: the softmax attention's output an
 log-sum-exp with their gradients, and the merge of two partial attentions with its gradients, attention with sinks, and soft-capped scores,
 each written from its formula in float64 from fixed seeds. attn does not depend on PyTorch.
 
-Regenerate (PyTorch from scripts/oracle-venv; the output is the same byte for byte each run):
+Regenerate (PyTorch from scripts/oracle-venv; the output is the same byte for byte each run on one
+machine, while another CPU can change the last digits: PyTorch's float64 kernels sum in an order
+that depends on the SIMD width, relative 3e-12 seen between a Zen 2 and an AVX-512 Xeon):
     scripts/oracle-venv
     build/oracle-venv/bin/python tests/attention/torch_kernel_reference.py
 
@@ -22,13 +24,19 @@ and lse, and grad.o_a, grad.lse_a, grad.o_b, grad.lse_b. Sink cases: an attentio
 scaled dot) with sinks [H], one logit per head that joins each row's softmax with no value, and
 grad.sinks. Soft-cap cases: an attention case (causal, scaled dot, ALiBi's bias when named so)
 with every score s mapped to cap * tanh(s / cap) before masking (cap: 2 and 1.5, as the test
-says).
+says). Learned-bias cases: an attention case (scaled dot) whose scores get a bias with parameters,
+named by the case and given as `theta` with grad.theta: T5's relative-position buckets (table
+[H, num_buckets], the bucket of each pair from the transformers package's T5Attention, the T5
+code, with relative position key - query; the case's `buckets` tensor holds the settings
+num_buckets, max_distance, bidirectional), ALiBi with learned slopes [H] (bias -m_h |i' - j|,
+i' = i + Tk - Tq), or a dense bias [H, Tq, Tk] or [B, H, Tq, Tk].
 """
 
 import math
 import os
 
 import torch
+from transformers.models.t5.modeling_t5 import T5Attention
 
 from torch_reference import DTYPE, alibi_bias, randn, write_reference  # the same file format
 
@@ -123,6 +131,63 @@ def softcap_case(name, seed, b, h, tq, tk, dh, dv, cap, alibi, scale):
     return out
 
 
+def query_minus_key(tq, tk):
+    """[Tq, Tk]: the distance i' - j of each end-aligned query i (i' = i + Tk - Tq) and key j."""
+    return (torch.arange(tq).unsqueeze(1) + (tk - tq)) - torch.arange(tk).unsqueeze(0)
+
+
+def bias_case(name, seed, b, h, hk, tq, tk, dh, dv, causal, kind, settings=None):
+    """Scaled-dot attention plus a learned bias of `kind` ("t5": settings = (num_buckets,
+    max_distance, bidirectional); "alibi": learned slopes; "dense_shared" [H, Tq, Tk];
+    "dense_batched" [B, H, Tq, Tk])."""
+    gen = torch.Generator().manual_seed(seed)
+    q = randn(gen, b, h, tq, dh).requires_grad_(True)
+    k = randn(gen, b, hk, tk, dh).requires_grad_(True)
+    v = randn(gen, b, hk, tk, dv).requires_grad_(True)
+    r = randn(gen, b, h, tq, dv)
+    r_lse = randn(gen, b, h, tq)
+    delta = query_minus_key(tq, tk)
+    extra = []
+    if kind == "t5":
+        num_buckets, max_distance, bidirectional = settings
+        theta = randn(gen, h, num_buckets).requires_grad_(True)
+        bucket = T5Attention._relative_position_bucket(
+            -delta, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+        )
+        bias = theta[:, bucket]  # [H, Tq, Tk]
+        extra = [(f"{name}.buckets", torch.tensor(
+            [num_buckets, max_distance, int(bidirectional)], dtype=DTYPE))]
+    elif kind == "alibi":
+        theta = (alibi_slopes(h) * (1 + 0.5 * randn(gen, h))).requires_grad_(True)
+        bias = -theta.view(h, 1, 1) * delta.abs().to(DTYPE)
+    elif kind == "dense_shared":
+        theta = randn(gen, h, tq, tk).requires_grad_(True)
+        bias = theta
+    elif kind == "dense_batched":
+        theta = randn(gen, b, h, tq, tk).requires_grad_(True)
+        bias = theta
+    else:
+        raise ValueError(kind)
+    s = scores(q, k, "scaled_dot") + bias
+    if causal:
+        s = causal_masked(s)
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.softmax(s, dim=-1) @ v.repeat_interleave(h // hk, dim=1)
+    loss = (o * r).sum() + (lse * r_lse).sum()
+    grads = torch.autograd.grad(loss, [q, k, v, theta])
+    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("theta", theta)]]
+    out += extra + [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o),
+                    (f"{name}.lse", lse)]
+    out += [(f"{name}.grad.{n}", g) for n, g in zip(["q", "k", "v", "theta"], grads)]
+    return out
+
+
+def alibi_slopes(h):
+    """The ALiBi paper's slopes for h heads (a power of two here): 2^(-8 (i + 1) / h)."""
+    assert h & (h - 1) == 0
+    return torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], dtype=DTYPE)
+
+
 def merge_case(name, seed, b, h, tq, dv):
     gen = torch.Generator().manual_seed(seed)
     o_a = randn(gen, b, h, tq, dv).requires_grad_(True)
@@ -158,6 +223,15 @@ def main():
     # inside the cap.
     tensors += softcap_case("softcap", 6, 1, 2, 20, 140, 4, 3, 2.0, False, 3.0)
     tensors += softcap_case("softcap_alibi", 7, 1, 2, 9, 9, 4, 3, 1.5, True, 3.0)
+    # Learned biases. T5: the encoder's buckets past max_distance (|delta| up to 149 > 128, both
+    # signs), no mask, over one tile; the decoder's (not bidirectional, 8 buckets, max distance
+    # 20) under a causal mask with Tq < Tk and grouped queries.
+    tensors += bias_case("t5_bidirectional", 8, 1, 2, 1, 150, 150, 4, 3, False, "t5",
+                         (32, 128, True))
+    tensors += bias_case("t5_causal", 9, 1, 4, 2, 37, 133, 4, 2, True, "t5", (8, 20, False))
+    tensors += bias_case("alibi_learned", 10, 1, 4, 2, 70, 70, 4, 2, True, "alibi")
+    tensors += bias_case("dense_shared", 11, 2, 1, 1, 10, 140, 4, 2, False, "dense_shared")
+    tensors += bias_case("dense_batched", 12, 2, 2, 2, 9, 9, 4, 3, True, "dense_batched")
 
     write_reference(OUTPUT, FORMAT, "tests/attention/torch_kernel_reference.py", tensors)
 

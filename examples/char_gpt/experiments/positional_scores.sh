@@ -13,7 +13,10 @@
 #   JOBS=1 THREADS=2 OUT=runs/pos examples/char_gpt/experiments/positional_scores.sh
 #   BIN=build/ci/examples/char_gpt/char_gpt examples/char_gpt/experiments/positional_scores.sh
 #   STEPS=20 SEEDS="1 2" OUT=/tmp/p DEST=/tmp/d ...    # a quick check of the scripts
+#   VARIANTS="rotary t5bias" ...                       # other variants (learned_biases.sh)
 #
+# Variants whose score carries the positions (rotary, alibi, t5bias, alibi-learned) train
+# without a position embedding (--positions none), the others with the learned one.
 # Each run writes OUT/<variant>-s<seed>/ and a `done` marker; finished runs are skipped and an
 # interrupted one resumes from its checkpoint when the script is run again. Results go to DEST
 # (default docs/experiments/positional_scores/), replacing the summary files there.
@@ -27,7 +30,7 @@ THREADS=${THREADS:-1}
 JOBS=${JOBS:-2}
 SEEDS=${SEEDS:-"1 2 3"}
 STEPS=${STEPS:-600}  # char_gpt's default, the demo's budget
-VARIANTS=(standard rotary alibi cosine)
+read -r -a VARIANTS <<<"${VARIANTS:-standard rotary alibi cosine}"
 
 if [[ ! -x "$BIN" ]]; then
   cmake --preset release >/dev/null
@@ -38,7 +41,7 @@ fi
 run() {
   local variant=$1 seed=$2 dir="$OUT/$1-s$2"
   local positions=learned
-  [[ $variant == rotary || $variant == alibi ]] && positions=none
+  case $variant in rotary | alibi | t5bias | alibi-learned) positions=none ;; esac
   if [[ -f "$dir/done" ]]; then
     echo "== $variant seed $seed: done already ($dir)"
     return

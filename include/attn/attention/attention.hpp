@@ -5,7 +5,9 @@
 //   feature maps, mask None, Causal,
 //     key-only masks and And of those -> linear attention, O(T F Dv) (masked keys dropped)
 //   feature maps, other masks        -> materialised weights of φ(q)·φ(k)
-// op.partial(q, k, v) gives a softmax attention's output with its log-sum-exp (partials.hpp).
+// op.partial(q, k, v) gives a softmax attention's output with its log-sum-exp (partials.hpp);
+// op(q, k, v, bias) adds a bias with parameters to the scores of a score kernel and returns its
+// gradient too (learned_bias.hpp: T5 buckets, learned ALiBi slopes, dense bias tensors).
 // op.materialized(q, k, v) runs the materialised path for any combination (the plain-GEMM
 // implementation the fast paths are compared with); it is compiled only where it is called.
 // Does not project or split heads; MultiHeadAttention (multi_head.hpp) does.
@@ -16,6 +18,7 @@
 #include <utility>
 
 #include "kernel.hpp"
+#include "learned_bias.hpp"
 #include "linear.hpp"
 #include "mask.hpp"
 #include "materialized.hpp"
@@ -71,10 +74,19 @@ struct Attention {
         return linear_attention(fq, fk, v, Linear::causal);
       }
     }
-    if constexpr (std::is_same_v<Kernel, kernel::Softmax>)
-      return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward, key_length);
-    else
-      return materialized(q, k, v, weights);
+    return score_kernel_path(q, k, v, weights, static_cast<const LearnedBias<T>*>(nullptr));
+  }
+
+  // o = attention(q, k, v) with `bias` added to every score (before the soft cap and the mask)
+  // and its parameters' gradient recorded (learned_bias.hpp): the fused path for kernel::Softmax,
+  // the materialised one for the other score kernels.
+  template <class T>
+  Var<T> operator()(const Var<T>& q, const Var<T>& k, const Var<T>& v, const LearnedBias<T>& bias,
+                    Tensor<T>* weights = nullptr) const {
+    static_assert(!Kernel::feature_map,
+                  "attn: a learned score bias needs a score kernel (a feature map has no scores)");
+    check_settings();
+    return score_kernel_path(q, k, v, weights, &bias);
   }
 
   // The softmax attention as a partial result: the output and each row's log-sum-exp, both
@@ -84,12 +96,13 @@ struct Attention {
   template <class T>
   AttentionPartial<T> partial(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                               Tensor<T>* weights = nullptr) const {
-    static_assert(
-        std::is_same_v<Kernel, kernel::Softmax>,
-        "attn: a partial result (output and log-sum-exp) exists for kernel::Softmax only");
-    check_settings();
-    return online_softmax_attention_partial(q, k, v, score, mask, dropout, backward, key_length,
-                                            weights);
+    return partial_with(q, k, v, weights, static_cast<const LearnedBias<T>*>(nullptr));
+  }
+  // The same with a learned bias added to the scores (see operator()).
+  template <class T>
+  AttentionPartial<T> partial(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                              const LearnedBias<T>& bias, Tensor<T>* weights = nullptr) const {
+    return partial_with(q, k, v, weights, &bias);
   }
 
   // The same attention on the materialised path, for every kernel: all Tq x Tk weights formed,
@@ -99,6 +112,42 @@ struct Attention {
   template <class T>
   Var<T> materialized(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                       Tensor<T>* weights = nullptr) const {
+    return materialized_with(q, k, v, weights, static_cast<const LearnedBias<T>*>(nullptr));
+  }
+  // The materialised path with a learned bias (see operator()).
+  template <class T>
+  Var<T> materialized(const Var<T>& q, const Var<T>& k, const Var<T>& v, const LearnedBias<T>& bias,
+                      Tensor<T>* weights = nullptr) const {
+    static_assert(!Kernel::feature_map,
+                  "attn: a learned score bias needs a score kernel (a feature map has no scores)");
+    return materialized_with(q, k, v, weights, &bias);
+  }
+
+ private:
+  template <class T>
+  Var<T> score_kernel_path(const Var<T>& q, const Var<T>& k, const Var<T>& v, Tensor<T>* weights,
+                           const LearnedBias<T>* bias) const {
+    if constexpr (std::is_same_v<Kernel, kernel::Softmax>)
+      return online_softmax_attention(q, k, v, score, mask, weights, dropout, backward, key_length,
+                                      bias);
+    else
+      return materialized_with(q, k, v, weights, bias);
+  }
+
+  template <class T>
+  AttentionPartial<T> partial_with(const Var<T>& q, const Var<T>& k, const Var<T>& v,
+                                   Tensor<T>* weights, const LearnedBias<T>* bias) const {
+    static_assert(
+        std::is_same_v<Kernel, kernel::Softmax>,
+        "attn: a partial result (output and log-sum-exp) exists for kernel::Softmax only");
+    check_settings();
+    return online_softmax_attention_partial(q, k, v, score, mask, dropout, backward, key_length,
+                                            weights, bias);
+  }
+
+  template <class T>
+  Var<T> materialized_with(const Var<T>& q, const Var<T>& k, const Var<T>& v, Tensor<T>* weights,
+                           const LearnedBias<T>* learned) const {
     check_settings();
     if constexpr (Kernel::feature_map) {
       auto [fq, fk] = features(q, k);
@@ -111,12 +160,11 @@ struct Attention {
         form.soft_cap = score.cap;
       }
       const detail::ScoreBias<Score> bias{score};  // ALiBi's b_h(p_i − p_j); nothing for others
-      return materialized_attention(q, k, v, form, kernel, mask, weights, dropout, bias,
-                                    key_length);
+      return materialized_attention(q, k, v, form, kernel, mask, weights, dropout, bias, key_length,
+                                    learned);
     }
   }
 
- private:
   void check_settings() const {
     ATTN_CHECK(key_length == 0 || !Kernel::feature_map, value_error, "attention: key_length ",
                key_length, " needs a score kernel; feature maps read whole key tensors");
@@ -148,24 +196,26 @@ Var<T> attention(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& 
 #define ATTN_ATTENTION_PATH_INSTANTIATIONS(PREFIX, T, M)                                         \
   PREFIX Var<T> online_softmax_attention<detail::DotForm, M, T>(                                 \
       const Var<T>&, const Var<T>&, const Var<T>&, const detail::DotForm&, const M&, Tensor<T>*, \
-      const AttentionDropout&, const AttentionBackward&, index_t);                               \
+      const AttentionDropout&, const AttentionBackward&, index_t, const LearnedBias<T>*);        \
   PREFIX AttentionPartial<T> online_softmax_attention_partial<detail::DotForm, M, T>(            \
       const Var<T>&, const Var<T>&, const Var<T>&, const detail::DotForm&, const M&,             \
-      const AttentionDropout&, const AttentionBackward&, index_t, Tensor<T>*);                   \
+      const AttentionDropout&, const AttentionBackward&, index_t, Tensor<T>*,                    \
+      const LearnedBias<T>*);                                                                    \
   PREFIX Var<T>                                                                                  \
   materialized_attention<kernel::Softmax, M, T, detail::ScoreBias<score::ScaledDot>>(            \
       const Var<T>&, const Var<T>&, const Var<T>&, const detail::MaterializedForm&,              \
       const kernel::Softmax&, const M&, Tensor<T>*, const AttentionDropout&,                     \
-      const detail::ScoreBias<score::ScaledDot>&, index_t);
+      const detail::ScoreBias<score::ScaledDot>&, index_t, const LearnedBias<T>*);
 // The fused kernels of the negative squared Euclidean and ALiBi scores, float only (what models
 // train in), the same two masks.
 #define ATTN_ATTENTION_SCORE_INSTANTIATIONS(PREFIX, S, M)                                          \
   PREFIX Var<float> online_softmax_attention<S, M, float>(                                         \
       const Var<float>&, const Var<float>&, const Var<float>&, const S&, const M&, Tensor<float>*, \
-      const AttentionDropout&, const AttentionBackward&, index_t);                                 \
+      const AttentionDropout&, const AttentionBackward&, index_t, const LearnedBias<float>*);      \
   PREFIX AttentionPartial<float> online_softmax_attention_partial<S, M, float>(                    \
       const Var<float>&, const Var<float>&, const Var<float>&, const S&, const M&,                 \
-      const AttentionDropout&, const AttentionBackward&, index_t, Tensor<float>*);
+      const AttentionDropout&, const AttentionBackward&, index_t, Tensor<float>*,                  \
+      const LearnedBias<float>*);
 // Every MultiHeadAttention on the fused path can take sinks (a run-time setting), so the sink
 // op is compiled once too.
 #define ATTN_ATTENTION_SINK_INSTANTIATIONS(PREFIX, T) \

@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "../autodiff/autodiff.hpp"
 #include "../core/parallel.hpp"
 #include "kernel_common.hpp"
+#include "non_finite.hpp"
 #include "partials.hpp"
 #include "score_tiles.hpp"
 #include "tile_layout.hpp"
@@ -85,6 +87,12 @@ class FusedBackward {
     const T *q, *k, *v, *o, *dout, *lse, *kept;  // kept: the saved weights, or null
     const T* dlse;                               // the log-sum-exp's gradient, or null
     T *dq, *dk, *dv, *D;                         // null gradients are not needed; D [B·H·Tq]
+    // A learned bias (or null) and where its gradient goes (null: not needed): the position
+    // biases' per-task sums [B, H, Q, slots] (Q = 1 for the single-pass walk, the query tiles
+    // for the two-pass one), a dense bias's dS [B, H, Tq, Tk].
+    const BiasTables<T>* bias = nullptr;
+    double* bias_sums = nullptr;
+    T* dense_grad = nullptr;
   };
 
   FusedBackward(const AttentionGeometry& g, const Score& score, const Mask& mask,
@@ -98,7 +106,7 @@ class FusedBackward {
         ldv_(packet_round<T>(g.Dv)),
         layout_(attention_layout<T>()),
         scores_(x.kept ? ScoreTiles<T, Score, Mask>{score, mask, g, x.q, {}, nullptr, alpha_}
-                       : make_score_tiles(score, mask, g, x.q, x.k, layout_)),
+                       : make_score_tiles(score, mask, g, x.q, x.k, layout_, x.bias)),
         vt_(pack_key_panels(x.v, g, g.Dv, layout_.vt)),
         K_(x.dq ? padded_rows(x.k, g.B * g.Hk * g.key_rows(), g.Dh, layout_.kpad)
                 : RowsView<T>{x.k, g.Dh}),
@@ -136,6 +144,7 @@ class FusedBackward {
               for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
                 const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
                 if (!tile_weights(sc, t, w)) continue;
+                bias_gradient(sc, t, 0, 1);
                 unsigned char& kv_started = sc.started[tile_index(j0)];
                 accumulate(sc, t, w,
                            {dk ? dk + j0 * ldk_ : nullptr, dv ? dv + j0 * ldv_ : nullptr,
@@ -152,20 +161,23 @@ class FusedBackward {
         });
   }
 
-  // The first walk of the two-pass backward: dQ, one task per query tile.
+  // The first walk of the two-pass backward: dQ (and a learned bias's gradient), one task per
+  // query tile.
   void by_query_tile() const {
-    if (!x_.dq) return;
+    if (!x_.dq && !bias_gradient_needed()) return;
     const index_t qtiles = block_count(g_.Tq, attn_query_tile);
     parallel_for(g_.B * g_.H * qtiles, tile_cost() * double(key_tiles()), [&](index_t task) {
       const index_t qt = task % qtiles, bh = task / qtiles, h = bh % g_.H, b = bh / g_.H;
       const index_t i0 = qt * attn_query_tile, br = std::min(attn_query_tile, g_.Tq - i0);
       AttentionScratch<T>& sc = scratch();
-      T* dq = sized(sc.dq, br * ldk_);
+      T* dq = x_.dq ? sized(sc.dq, br * ldk_) : nullptr;
       bool q_started = false;
       TileWeights<T> w;
       for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
         const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
         if (!tile_weights(sc, t, w)) continue;
+        bias_gradient(sc, t, qt, qtiles);
+        if (!dq) continue;
         accumulate(sc, t, w, {nullptr, nullptr, nullptr, dq, false, q_started});
         q_started = true;
       }
@@ -273,6 +285,18 @@ class FusedBackward {
       }
   }
 
+  bool bias_gradient_needed() const { return x_.bias_sums || x_.dense_grad; }
+
+  // Pass 3, a learned bias: tile t's dS (sc.dp) into its gradient, the position biases' sums of
+  // task (t.b, t.h, q) of Q per head.
+  void bias_gradient(const AttentionScratch<T>& sc, const BackwardTile& t, index_t q,
+                     index_t Q) const {
+    if (!bias_gradient_needed()) return;
+    double* sums =
+        x_.bias_sums ? x_.bias_sums + ((t.b * g_.H + t.h) * Q + q) * x_.bias->slots : nullptr;
+    x_.bias->gradient(g_, t.b, t.h, t.i0, t.br, t.j0, t.bc, sc.dp.data(), lds, sums, x_.dense_grad);
+  }
+
   // Pass 3: the products of tile t's dS (sc.dp) and P into the sums.
   void accumulate(const AttentionScratch<T>& sc, const BackwardTile& t, const TileWeights<T>& w,
                   const TileSums<T>& sum) const {
@@ -337,7 +361,9 @@ struct OnlineSoftmaxOp {
   const Mask* mask;  // owned by self.keep
   bool saved_weights;
   bool single_pass;
-  bool partial;  // the log-sum-exp is an output too (partials.hpp)
+  bool partial;            // the log-sum-exp is an output too (partials.hpp)
+  std::int32_t bias = -1;  // a learned bias's parameters (learned_bias.hpp), or −1
+  LearnedBiasForm bias_form;
   // self.saved[0]: log-sum-exp per query row [B, H, Tq]; self.saved[1]: D = rowsum(dO ∘ O);
   // self.saved[2]: the weights P [B, H, Tq, Tk] when saved_weights; self.saved[3]: the
   // log-sum-exp's gradient, when partial and it was used.
@@ -345,7 +371,7 @@ struct OnlineSoftmaxOp {
   // With P = exp(S − lse) and D_i = Σ_d dO_id O_id (= Σ_j P_ij dP_ij):
   //   dV = Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dQ = alpha dS K,
   //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k  (dS through the soft cap's derivative when
-  //   the score has one),
+  //   the score has one), and a learned bias's gradient from dS (learned_bias.hpp),
   // (with a gradient of the log-sum-exp, D_i − dlse_i in D_i's place) by the passes of
   // FusedBackward in one walk or two (single_pass).
   template <class T>
@@ -354,7 +380,7 @@ struct OnlineSoftmaxOp {
     auto grad_of = [&](std::int32_t i) {
       return tape.requires_grad(i) ? tape.grad(i).data() : nullptr;
     };
-    const typename FusedBackward<T, Score, Mask>::Operands x{
+    typename FusedBackward<T, Score, Mask>::Operands x{
         tape.value(q).data(),
         tape.value(k).data(),
         tape.value(v).data(),
@@ -367,6 +393,29 @@ struct OnlineSoftmaxOp {
         grad_of(k),
         grad_of(v),
         self.saved[1].data()};
+    // A learned bias: its tables again, and room for its gradient (the per-task sums, or dS).
+    BiasTables<T> tables;
+    std::vector<double> sums;
+    std::vector<T> dense_grad;
+    const index_t Q = single_pass ? 1 : block_count(g.Tq, attn_query_tile);
+    if (bias >= 0) {
+      tables = bias_tables(bias_form, tape.value(bias), g, "attention");
+      x.bias = &tables;
+      if (tape.requires_grad(bias)) {
+        if (tables.positional()) {
+          sums.assign(static_cast<std::size_t>(g.B * g.H * Q * tables.slots), 0.0);
+          x.bias_sums = sums.data();
+        } else {
+          dense_grad.assign(static_cast<std::size_t>(g.B * g.H * g.Tq * g.Tk), T{0});
+          x.dense_grad = dense_grad.data();
+        }
+      }
+    }
+    // Key and value rows hidden from every query are zeros here as in the forward
+    // (non_finite.hpp), so a NaN in a padded position reaches no gradient.
+    const NonFiniteInputs<T> nf = non_finite_inputs(*mask, g, x.q, x.k, x.v, x.bias);
+    x.k = nf.k;
+    x.v = nf.v;
     const FusedBackward<T, Score, Mask> passes(g, score, *mask, dropout, x);
     passes.row_terms();
     if (single_pass) {
@@ -375,6 +424,8 @@ struct OnlineSoftmaxOp {
       passes.by_query_tile();
       passes.by_key_tile();
     }
+    if (x.bias_sums || x.dense_grad)
+      add_bias_gradient(tables, g, Q, sums, dense_grad.data(), tape.grad(bias).data());
     if constexpr (Score::beta_q != 0)  // the log-sum-exp's beta_q ‖q‖²
       if (x.dlse && x.dq)
         for (index_t r = 0; r < g.B * g.H * g.Tq; ++r)

@@ -11,6 +11,7 @@
 
 #include "../core/parallel.hpp"
 #include "kernel_common.hpp"
+#include "non_finite.hpp"
 #include "online_softmax_merge.hpp"
 #include "score_tiles.hpp"
 #include "tile_layout.hpp"
@@ -25,14 +26,19 @@ namespace detail {
 // (online_softmax_merge.hpp). With `keep` ([B, H, Tq, Tk]) it also leaves the weights P
 // there for backward: each tile's e^{S − m} is copied out as it is made, and once the row is
 // done multiplied by e^{m − m_final} / l. o and lse are computed the same way either way, so
-// the output does not depend on whether gradients are recorded.
+// the output does not depend on whether gradients are recorded. NaN and infinity follow
+// non_finite.hpp's rule: a row with a NaN or +∞ among its allowed scores is NaN (output, lse and
+// kept weights), and for a head whose values are not all finite the masked entries of a partial
+// tile are left out of P V one by one instead of multiplied by 0.
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 void online_softmax_forward(const Score& score, const Mask& mask, const AttentionDropout& dropout,
                             const AttentionGeometry& g, const T* q, const T* k, const T* v, T* o,
-                            T* lse, T* keep) {
+                            T* lse, T* keep, const BiasTables<T>* learned = nullptr) {
   AttentionLayout<T>& layout = attention_layout<T>();
-  const ScoreTiles<T, Score, Mask> scores = make_score_tiles(score, mask, g, q, k, layout);
-  const RowsView<T> V = padded_rows(v, g.B * g.Hk * g.key_rows(), g.Dv, layout.vpad);
+  const NonFiniteInputs<T> nf = non_finite_inputs(mask, g, q, k, v, learned);
+  const ScoreTiles<T, Score, Mask> scores =
+      make_score_tiles(score, mask, g, q, nf.k, layout, learned, nf.careful);
+  const RowsView<T> V = padded_rows(nf.v, g.B * g.Hk * g.key_rows(), g.Dv, layout.vpad);
   const index_t qtiles = block_count(g.Tq, attn_query_tile),
                 ktiles = block_count(g.Tk, attn_key_tile), ldv = packet_round<T>(g.Dv);
   constexpr index_t lds = attn_key_tile;
@@ -50,6 +56,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
     T* l = zeroed(sc.l, br);
     T* acc = zeroed(sc.acc, br * ldv);
     std::fill(m, m + br, ninf);
+    sc.bad.assign(static_cast<std::size_t>(br), 0);
+    const bool values_bad = nf.values_not_finite(b, hk, g);
     // With keep: the shift each row's tile was exponentiated with (+∞: nothing allowed there).
     T* shift = keep ? zeroed(sc.colsum, br * ktiles) : nullptr;
     const T* vrows = V.row(g.k_row(b, hk, 0));
@@ -67,6 +75,8 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
         continue;
       }
       for (index_t i = 0; i < br; ++i) {
+        if (nf.careful && poisoned(sc.rmax[static_cast<std::size_t>(i)])) sc.bad[i] = 1;
+        if (sc.bad[i]) continue;  // NaN at the end; its P V row is not used
         // The tile's part of the row, exponentiated relative to the new running max m' (so the
         // tile's weights need no rescaling), merged into the row's state so far.
         const T m_new = std::max(m[i], sc.rmax[static_cast<std::size_t>(i)]);
@@ -85,12 +95,27 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
         TileMap<T> tile(s, br, bc, Eigen::OuterStride<>(lds));
         dropout.apply(tile, row0, g.Tk, j0);
       }
-      live_weights_product(tb, false, g.Dv, s, lds, index_t{1}, vrows + j0 * V.ld, V.ld, acc, ldv,
-                           true);
+      if (values_bad && tb.kind == TileKind::partial) {  // masked keys left out, not times 0
+        for (index_t i = 0; i < br; ++i)
+          for (index_t j = 0; j < bc; ++j)
+            if (mask.allowed(b, i0 + i, j0 + j, g.Tq, g.Tk))
+              for (index_t c = 0; c < g.Dv; ++c)
+                acc[i * ldv + c] += s[i * lds + j] * vrows[(j0 + j) * V.ld + c];
+      } else {
+        live_weights_product(tb, false, g.Dv, s, lds, index_t{1}, vrows + j0 * V.ld, V.ld, acc, ldv,
+                             true);
+      }
     }
     T* out = o + g.o_off(b, h, i0);
     for (index_t i = 0; i < br; ++i) {
       T* orow = out + i * g.Dv;
+      if (sc.bad[i]) {  // a NaN or +∞ among its allowed scores
+        constexpr T nan = std::numeric_limits<T>::quiet_NaN();
+        std::fill_n(orow, g.Dv, nan);
+        lse[row0 + i] = nan;
+        if (keep) std::fill_n(p + i * g.Tk, g.Tk, nan);
+        continue;
+      }
       if (l[i] == T{0}) {  // no allowed key: output 0, and backward skips the row
         std::fill_n(orow, g.Dv, T{0});
         lse[row0 + i] = ninf;
@@ -114,9 +139,12 @@ void online_softmax_forward(const Score& score, const Mask& mask, const Attentio
 // demos; O(T²) memory).
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 void online_softmax_weights(const Score& score, const Mask& mask, const AttentionGeometry& g,
-                            const T* q, const T* k, const T* lse, T* w) {
+                            const T* q, const T* k, const T* lse, T* w,
+                            const BiasTables<T>* learned = nullptr) {
+  const NonFiniteInputs<T> nf =
+      non_finite_inputs(mask, g, q, k, static_cast<const T*>(nullptr), learned);
   const ScoreTiles<T, Score, Mask> scores =
-      make_score_tiles(score, mask, g, q, k, attention_layout<T>());
+      make_score_tiles(score, mask, g, q, nf.k, attention_layout<T>(), learned, nf.careful);
   const index_t qtiles = block_count(g.Tq, attn_query_tile);
   constexpr index_t lds = attn_key_tile;
   parallel_for(g.B * g.H * qtiles, 2.0 * double(attn_query_tile) * double(g.Tk) * double(g.Dh),
@@ -134,6 +162,10 @@ void online_softmax_weights(const Score& score, const Mask& mask, const Attentio
                                            scores.blocks(b, i0, br, j0, bc));
                    for (index_t i = 0; i < br; ++i) {
                      T* out = w + (row0 + i) * g.Tk + j0;
+                     if (std::isnan(lse[row0 + i])) {  // a poisoned row (non_finite.hpp)
+                       std::fill_n(out, bc, std::numeric_limits<T>::quiet_NaN());
+                       continue;
+                     }
                      if (!any || lse[row0 + i] == -std::numeric_limits<T>::infinity()) {
                        std::fill_n(out, bc, T{0});
                        continue;

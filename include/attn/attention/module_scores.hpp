@@ -50,6 +50,10 @@
 
 namespace attn {
 
+// A score bias with parameters that MultiHeadAttention owns (learned_bias.hpp): none, T5's
+// relative-position buckets, or ALiBi with learned slopes.
+enum class LearnedPositionBias { none, t5, alibi };
+
 struct MultiHeadConfig {
   index_t d_model = 0;
   index_t heads = 0;       // required with Heads<dynamic>; must equal N (or be 0) with Heads<N>
@@ -62,6 +66,12 @@ struct MultiHeadConfig {
                            // (score::Synthesizer); 0 when unused
   bool sinks = false;      // a learned sink logit per head in every softmax (attention_sink);
                            // fused softmax path only (quadratic and transformed scores)
+  // A learned score bias, the module's parameter "position_bias": t5 [H, t5_buckets] (0 at the
+  // start; t5_bidirectional false for a decoder's buckets) or alibi (slopes [H], the paper's at
+  // the start). Score kernels with quadratic or transformed scores only.
+  LearnedPositionBias position_bias = LearnedPositionBias::none;
+  index_t t5_buckets = 32, t5_max_distance = 128;
+  bool t5_bidirectional = true;
   index_t head_dim() const { return heads > 0 ? d_model / heads : 0; }
 };
 
@@ -146,29 +156,47 @@ constexpr const char* score_query_name() {
     return "q_proj";
 }
 
+// What each form of score must provide, one concept per form, so that a score that declares a
+// form and misses part of it is rejected with the name of its form's concept. Every form but
+// the quadratic one also states its formula for the tests (reference()).
 template <class S>
-concept MultiHeadScore = std::copy_constructible<S> && std::default_initializable<S> &&
-    std::default_initializable<score_params_t<S, float>> && requires {
-  { S::name } -> std::convertible_to<const char*>;
-} &&((score_form<S>() == ScoreForm::quadratic && ScorePolicy<S>) ||
-     (score_form<S>() == ScoreForm::transformed && ScorePolicy<typename S::inner> &&
-      requires(const S& s, score_params_t<S, float>& p, const Var<float>& x, index_t i) {
-        { s.transform_q(p, x, i) } -> std::same_as<Var<float>>;
-        { s.transform_k(p, x, i) } -> std::same_as<Var<float>>;
-      }) ||
-     (score_form<S>() == ScoreForm::pairwise &&
-      requires(const S& s, score_params_t<S, float>& p, const Var<float>& x, const mask::None& m) {
-        { s.scores(p, x, x, m) } -> std::same_as<Var<float>>;
-      }) ||
-     (score_form<S>() == ScoreForm::key_free &&
-      requires(const S& s, score_params_t<S, float>& p, const Var<float>& x, index_t i,
-               const mask::None& m) {
-        { s.scores(p, x, i, m) } -> std::same_as<Var<float>>;
-      })) &&
-    (score_form<S>() == ScoreForm::quadratic ||
-     requires(const S& s, const score_params_t<S, double>& p, const double* q, index_t i) {
-       { s.reference(p, i, i, q, q, i, i, i) } -> std::convertible_to<double>;
-     });
+concept QuadraticScore = ScorePolicy<S>;
+template <class S>
+concept ScoreWithReference = requires(const S& s, const score_params_t<S, double>& p,
+                                      const double* q, index_t i) {
+  { s.reference(p, i, i, q, q, i, i, i) } -> std::convertible_to<double>;
+};
+template <class S>
+concept TransformedScore = ScorePolicy<typename S::inner> && ScoreWithReference<S> &&
+    requires(const S& s, score_params_t<S, float>& p, const Var<float>& x, index_t i) {
+  { s.transform_q(p, x, i) } -> std::same_as<Var<float>>;
+  { s.transform_k(p, x, i) } -> std::same_as<Var<float>>;
+};
+template <class S>
+concept PairwiseScore = ScoreWithReference<S> &&
+    requires(const S& s, score_params_t<S, float>& p, const Var<float>& x, const mask::None& m) {
+  { s.scores(p, x, x, m) } -> std::same_as<Var<float>>;
+};
+template <class S>
+concept KeyFreeScore = ScoreWithReference<S> &&
+    requires(const S& s, score_params_t<S, float>& p, const Var<float>& x, index_t i,
+             const mask::None& m) {
+  { s.scores(p, x, i, m) } -> std::same_as<Var<float>>;
+};
+
+// A score MultiHeadAttention takes: a name, default-constructible parameters, and what its form
+// (score_form) needs.
+// clang-format off
+template <class S>
+concept MultiHeadScore =
+    std::copy_constructible<S> && std::default_initializable<S> &&
+    std::default_initializable<score_params_t<S, float>> &&
+    requires { { S::name } -> std::convertible_to<const char*>; } &&
+    (score_form<S>() != ScoreForm::quadratic || QuadraticScore<S>) &&
+    (score_form<S>() != ScoreForm::transformed || TransformedScore<S>) &&
+    (score_form<S>() != ScoreForm::pairwise || PairwiseScore<S>) &&
+    (score_form<S>() != ScoreForm::key_free || KeyFreeScore<S>);
+// clang-format on
 
 // The score S gives query vector q and key vector k (k null for key-free scores) of head h of
 // `heads`, width d, at positions p_i and p_j, by its formula in double: the tests' oracle.

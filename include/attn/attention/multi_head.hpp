@@ -255,6 +255,7 @@ class MultiHeadAttention {
   static constexpr bool scores_materialised = form == ScoreForm::pairwise || key_free;
   static constexpr bool sinks_possible =
       !scores_materialised && std::is_same_v<Kernel, kernel::Softmax>;
+  static constexpr bool learned_bias_possible = !scores_materialised && !Kernel::feature_map;
 
   static_assert(!scores_materialised || std::is_same_v<Kernel, kernel::Softmax>,
                 "attn: pairwise and key-free scores (score::Additive, score::Synthesizer) are "
@@ -292,6 +293,16 @@ class MultiHeadAttention {
                "MultiHeadAttention: attention sinks (config.sinks) need the fused softmax path: "
                "kernel::Softmax with a quadratic or transformed score");
     if (c.sinks) sinks = Parameter<T>(Tensor<T>(Shape{heads()}));  // 0: softmax one at start
+    ATTN_CHECK(c.position_bias == LearnedPositionBias::none || learned_bias_possible, value_error,
+               "MultiHeadAttention: a learned position bias (config.position_bias) needs a score "
+               "kernel (not a feature map) with a quadratic or transformed score");
+    if (c.position_bias == LearnedPositionBias::t5) {
+      detail::check_t5_settings(c.t5_buckets, c.t5_max_distance, c.t5_bidirectional,
+                                "MultiHeadAttention");
+      position_bias = Parameter<T>(Tensor<T>(Shape{heads(), c.t5_buckets}));
+    } else if (c.position_bias == LearnedPositionBias::alibi) {
+      position_bias = Parameter<T>(alibi_slopes<T>(heads()));
+    }
   }
 
   index_t d_model() const { return config_.d_model; }
@@ -363,7 +374,8 @@ class MultiHeadAttention {
   }
 
   // Visits every parameter with its name: q_proj.weight, q_proj.bias, k_proj.*, the score's,
-  // v_proj.*, out_proj.*, and sinks with config.sinks (under "prefix." when a prefix is given).
+  // v_proj.*, out_proj.*, sinks with config.sinks and position_bias with config.position_bias
+  // (under "prefix." when a prefix is given).
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
     detail::visit_projection(f, prefix, tied ? "qk_proj" : score_query_name<Score>(), q_proj);
@@ -372,12 +384,16 @@ class MultiHeadAttention {
     detail::visit_projection(f, prefix, "v_proj", v_proj);
     detail::visit_projection(f, prefix, "out_proj", out_proj);
     if (config_.sinks) detail::visit_parameter(f, prefix, "sinks", sinks);
+    if (config_.position_bias != LearnedPositionBias::none)
+      detail::visit_parameter(f, prefix, "position_bias", position_bias);
   }
 
   // k_proj is unused when tied or for a key-free score.
   ProjectionWeights<T> q_proj, k_proj, v_proj, out_proj;
   params_type score_params;  // the score's own parameters (none for most)
   Parameter<T> sinks;        // [H] with config.sinks, else empty
+  // With config.position_bias: T5's table [H, t5_buckets] or ALiBi's slopes [H]; else empty.
+  Parameter<T> position_bias;
 
  private:
   ProjectionWeights<T>& key_projection() { return tied ? q_proj : k_proj; }
@@ -457,9 +473,9 @@ class MultiHeadAttention {
     return tape.leaf(step.output);
   }
 
-  // Quadratic and transformed scores: the Attention operator (with the sinks, when the config
-  // has them). key_length > 0: k and v are a cache's storage, of which the first key_length
-  // rows per head are attended to.
+  // Quadratic and transformed scores: the Attention operator (with the sinks and the learned
+  // position bias, when the config has them). key_length > 0: k and v are a cache's storage, of
+  // which the first key_length rows per head are attended to.
   Var<T> attend(const Var<T>& q, const Var<T>& k, const Var<T>& v, const Mask& mask,
                 Tensor<T>* weights, index_t key_length = 0) {
     InnerScore inner{};
@@ -468,6 +484,13 @@ class MultiHeadAttention {
     op.key_length = key_length;
     if (dropping(q.tape())) op.dropout = AttentionDropout{config_.dropout, rng_.split()};
     auto run = [&](const Var<T>& kk, const Var<T>& vv, Tensor<T>* w) {
+      if constexpr (learned_bias_possible)
+        if (config_.position_bias != LearnedPositionBias::none) {
+          const LearnedBias<T> b = learned_position_bias(q.tape());
+          if constexpr (sinks_possible)
+            if (config_.sinks) return sunk(op.partial(q, kk, vv, b, w), w);
+          return op(q, kk, vv, b, w);
+        }
       if constexpr (sinks_possible)
         if (config_.sinks) return sunk(op.partial(q, kk, vv, w), w);
       return op(q, kk, vv, w);
@@ -482,6 +505,13 @@ class MultiHeadAttention {
                                    : run(tape.leaf(step.k), tape.leaf(step.v), &step.weights))
                       .value();
     return probed(step, weights, tape);
+  }
+
+  // The config's learned position bias on this tape.
+  LearnedBias<T> learned_position_bias(Tape<T>& tape) {
+    const Var<T> p = tape.param(position_bias);
+    if (config_.position_bias == LearnedPositionBias::alibi) return learned_alibi(p);
+    return t5_relative_bias(p, config_.t5_bidirectional, config_.t5_max_distance);
   }
 
   // The partial p with the sinks in its softmax; the weights w (when given) scaled to match.

@@ -24,6 +24,7 @@
 #include "fused_forward.hpp"
 #include "geometry.hpp"
 #include "kernel_common.hpp"
+#include "learned_bias.hpp"
 #include "mask.hpp"
 #include "partials.hpp"
 #include "score.hpp"
@@ -60,34 +61,43 @@ template <ScorePolicy Score, MaskPolicy Mask, class T>
 AttentionPartial<T> fused_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                                     const Score& score, const Mask& mask, Tensor<T>* weights,
                                     const AttentionDropout& dropout, const AttentionBackward& plan,
-                                    index_t key_length, bool partial) {
+                                    index_t key_length, bool partial, const LearnedBias<T>* bias) {
   Tape<T>& tape = q.tape();
   const AttentionGeometry g = checked_geometry(q, k, v, "attention", key_length);
   mask.validate(g.B, g.Tq, g.Tk);
   dropout.check("attention");
   check_score(score, "attention");
+  BiasTables<T> tables;
+  if (bias) {
+    tape.check(bias->values, "attention");
+    tables = bias_tables(bias->form, bias->values.value(), g, "attention");
+  }
+  const BiasTables<T>* learned = bias ? &tables : nullptr;
   auto [o, node] = tape.push(Shape{g.B, g.H, g.Tq, g.Dv}, "attention",
-                             q.requires_grad() || k.requires_grad() || v.requires_grad());
+                             q.requires_grad() || k.requires_grad() || v.requires_grad() ||
+                                 (bias && bias->values.requires_grad()));
   const bool keep = node.requires_grad && save_weights_for_backward(plan, g);
   node.saved.resize(partial ? 4 : keep ? 3 : 2);
   node.saved[0].resize(Shape{g.B * g.H * g.Tq});
   if (keep) node.saved[2].resize(Shape{g.B * g.H * g.Tq * g.Tk});
   online_softmax_forward(score, mask, dropout, g, q.value().data(), k.value().data(),
                          v.value().data(), node.value->data(), node.saved[0].data(),
-                         keep ? node.saved[2].data() : nullptr);
+                         keep ? node.saved[2].data() : nullptr, learned);
   if (weights) {
     weights->resize(Shape{g.B, g.H, g.Tq, g.Tk});
     if (keep)
       std::copy_n(node.saved[2].data(), weights->numel(), weights->data());
     else
       online_softmax_weights(score, mask, g, q.value().data(), k.value().data(),
-                             node.saved[0].data(), weights->data());
+                             node.saved[0].data(), weights->data(), learned);
   }
   if (node.requires_grad) {
     const Mask* stored = node.template keep_value<Mask>(mask);
     tape.set_backward(
         node, OnlineSoftmaxOp<Score, Mask>{q.index(), k.index(), v.index(), g, score, dropout,
-                                           stored, keep, single_pass_backward(plan, g), partial});
+                                           stored, keep, single_pass_backward(plan, g), partial,
+                                           bias ? bias->values.index() : std::int32_t{-1},
+                                           bias ? bias->form : LearnedBiasForm{}});
   }
   if (!partial) return {o, {}};
   // The kernels leave beta_q ‖q‖² out of the scores (it cancels in softmax); the log-sum-exp
@@ -106,17 +116,20 @@ AttentionPartial<T> fused_attention(const Var<T>& q, const Var<T>& k, const Var<
 // When `weights` is given it receives the [B, H, Tq, Tk] weights before dropout (not
 // differentiable); `dropout` drops weights (training); `plan` picks how backward runs;
 // key_length > 0 attends to the first key_length rows of each head of k and v only (a decoding
-// cache with spare capacity, read in place; see geometry.hpp).
+// cache with spare capacity, read in place; see geometry.hpp); `bias`, when given, is added to
+// the scores and gets its gradient (learned_bias.hpp).
 template <ScorePolicy Score, MaskPolicy Mask, class T>
 Var<T> online_softmax_attention(const Var<T>& q, const Var<T>& k, const Var<T>& v,
                                 const Score& score, const Mask& mask, Tensor<T>* weights = nullptr,
                                 const AttentionDropout& dropout = {},
-                                const AttentionBackward& plan = {}, index_t key_length = 0) {
+                                const AttentionBackward& plan = {}, index_t key_length = 0,
+                                const LearnedBias<T>* bias = nullptr) {
   if constexpr (detail::runs_as_dot_form<Score>)
     return online_softmax_attention(q, k, v, detail::DotForm{score.alpha(q.shape().last())}, mask,
-                                    weights, dropout, plan, key_length);
+                                    weights, dropout, plan, key_length, bias);
   else
-    return detail::fused_attention(q, k, v, score, mask, weights, dropout, plan, key_length, false)
+    return detail::fused_attention(q, k, v, score, mask, weights, dropout, plan, key_length, false,
+                                   bias)
         .output;
 }
 
@@ -130,12 +143,13 @@ template <ScorePolicy Score, MaskPolicy Mask, class T>
 AttentionPartial<T> online_softmax_attention_partial(
     const Var<T>& q, const Var<T>& k, const Var<T>& v, const Score& score, const Mask& mask,
     const AttentionDropout& dropout = {}, const AttentionBackward& plan = {},
-    index_t key_length = 0, Tensor<T>* weights = nullptr) {
+    index_t key_length = 0, Tensor<T>* weights = nullptr, const LearnedBias<T>* bias = nullptr) {
   if constexpr (detail::runs_as_dot_form<Score>)
     return online_softmax_attention_partial(q, k, v, detail::DotForm{score.alpha(q.shape().last())},
-                                            mask, dropout, plan, key_length, weights);
+                                            mask, dropout, plan, key_length, weights, bias);
   else
-    return detail::fused_attention(q, k, v, score, mask, weights, dropout, plan, key_length, true);
+    return detail::fused_attention(q, k, v, score, mask, weights, dropout, plan, key_length, true,
+                                   bias);
 }
 
 }  // namespace attn

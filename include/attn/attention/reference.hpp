@@ -5,10 +5,13 @@
 //   o_i = Σ_j w_ij v_j,   w_ij = κ(q_i, k_j) / Σ_l κ(q_i, k_l)   over the keys the mask allows,
 //
 // with κ = exp(s) (Softmax), s^C (Polynomial<C>) or φ(q)·φ(k) (feature maps), s = the score's
-// operator()(q, k, d) plus its position bias b_h(p_i − p_j) if it has one (through its soft cap
-// if it has one, score::SoftCap), and o_i = 0 when no
-// key is allowed or the normaliser is 0. Includes the policies and core only, never the paths it
-// checks.
+// operator()(q, k, d) plus its position bias b_h(p_i − p_j) if it has one, plus bias[b, h, i, j]
+// when a bias tensor [B, H, Tq, Tk] is given (the learned biases, expanded by the caller)
+// (through its soft cap if it has one, score::SoftCap), and o_i = 0 when no
+// key is allowed or the normaliser is 0. A key the mask hides is left out of every sum, so a NaN
+// or infinity there changes nothing; a softmax row whose allowed scores are all −∞ is 0
+// (non_finite.hpp states the rule every path follows). Includes the policies and core only, never
+// the paths it checks.
 #pragma once
 
 #include <cmath>
@@ -53,10 +56,14 @@ std::vector<double> reference_features(const K& kernel, const std::vector<double
 template <ScorePolicy Score, KernelPolicy Kernel, MaskPolicy Mask, class T>
 ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k,
                                           const Tensor<T>& v, const Score& score = {},
-                                          const Kernel& kernel = {}, const Mask& mask = {}) {
+                                          const Kernel& kernel = {}, const Mask& mask = {},
+                                          const Tensor<T>* bias = nullptr) {
   const detail::AttentionGeometry g =
       detail::attention_geometry(q.shape(), k.shape(), v.shape(), "reference_attention");
   mask.validate(g.B, g.Tq, g.Tk);
+  ATTN_CHECK(!bias || bias->shape() == Shape({g.B, g.H, g.Tq, g.Tk}), shape_error,
+             "reference_attention: the bias must be [B, H, Tq, Tk] = [", g.B, ", ", g.H, ", ", g.Tq,
+             ", ", g.Tk, "], got ", bias->shape());
   ReferenceAttention<T> r{Tensor<T>(Shape{g.B, g.H, g.Tq, g.Dv}),
                           Tensor<T>(Shape{g.B, g.H, g.Tq, g.Tk})};
   // The scaled rows [n, Dh] starting at t[off], in double.
@@ -101,12 +108,18 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
           for (index_t j = 0; j < g.Tk; ++j) {
             s[static_cast<std::size_t>(j)] = soft_capped(
                 score, score(q.data() + g.q_off(b, h, i), k.data() + g.k_off(b, hk, j), g.Dh) +
-                           position_bias(g.query_position(i) - j));
-            if (ok[static_cast<std::size_t>(j)])
-              smax = std::max(smax, s[static_cast<std::size_t>(j)]);
+                           position_bias(g.query_position(i) - j) +
+                           (bias ? static_cast<double>((*bias)(b, h, i, j)) : 0.0));
+            if (ok[static_cast<std::size_t>(j)])  // NaN stays: std::max(NaN, x) is NaN
+              smax = std::isnan(s[static_cast<std::size_t>(j)])
+                         ? s[static_cast<std::size_t>(j)]
+                         : std::max(smax, s[static_cast<std::size_t>(j)]);
           }
           for (index_t j = 0; j < g.Tk; ++j) {
             if (!ok[static_cast<std::size_t>(j)]) continue;
+            if (std::is_same_v<Kernel, kernel::Softmax> &&
+                smax == -std::numeric_limits<double>::infinity())
+              continue;  // every allowed score −∞: a row of zeros, as with no allowed key
             // exp(s − max): the same weights as exp(s) after normalising, without overflow.
             if constexpr (std::is_same_v<Kernel, kernel::Softmax>)
               kappa[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(j)] - smax);
@@ -119,6 +132,7 @@ ReferenceAttention<T> reference_attention(const Tensor<T>& q, const Tensor<T>& k
         for (index_t j = 0; j < g.Tk; ++j) {
           const double w = z != 0 ? kappa[static_cast<std::size_t>(j)] / z : 0.0;
           r.weights(b, h, i, j) = static_cast<T>(w);
+          if (!ok[static_cast<std::size_t>(j)]) continue;  // hidden: not even 0 times its value
           for (index_t d = 0; d < g.Dv; ++d)
             r.out(b, h, i, d) += static_cast<T>(w * static_cast<double>(v[g.v_off(b, hk, j) + d]));
         }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "geometry.hpp"
+#include "learned_bias.hpp"
 #include "mask.hpp"
 #include "score.hpp"
 #include "tile_gemm.hpp"
@@ -123,10 +124,11 @@ EIGEN_DONT_INLINE void live_weights_product(const TileBlocks& t, bool key_side, 
   }
 }
 
-// Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² + b_h(p_i − p_j) (beta_q ‖q‖² is the same for every
-// key of a row and cancels in softmax, so it is left out here and in the saved log-sum-exp
-// alike; the position bias b_h only for scores that have one, see score.hpp), through the
-// score's soft cap when it has one.
+// Score tiles S = alpha Q Kᵀ + beta_k ‖k‖² + b_h(p_i − p_j) + a learned bias (beta_q ‖q‖² is the
+// same for every key of a row and cancels in softmax, so it is left out here and in the saved
+// log-sum-exp alike; the position bias b_h only for scores that have one, see score.hpp; the
+// learned bias only when the call has one, learned_bias.hpp), through the score's soft cap when it
+// has one.
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 struct ScoreTiles {
   const Score& score;
@@ -136,6 +138,8 @@ struct ScoreTiles {
   KeyPanels<T> kt;
   const T* key_norms;  // beta_k ‖k_j‖² per (b, hk, j), or null when beta_k = 0
   T alpha;
+  const BiasTables<T>* learned = nullptr;  // the call's learned bias, or null
+  bool careful = false;  // some input is not finite: the row maxima propagate NaN (non_finite.hpp)
 
   // The tile of rows [i0, i0 + br) against keys [j0, j0 + bc) of batch entry b (tile_blocks).
   TileBlocks blocks(index_t b, index_t i0, index_t br, index_t j0, index_t bc) const {
@@ -143,7 +147,8 @@ struct ScoreTiles {
   }
 
   // Rows [i0, i0 + br) of head (b, h) against keys [j0, j0 + bc) (the tile `t` of blocks())
-  // into s (rows lds apart), masked entries −∞, each row's maximum into rmax. False, and nothing
+  // into s (rows lds apart), masked entries −∞, each row's maximum into rmax (NaN when careful
+  // and an allowed score is NaN). False, and nothing
   // written, when the mask rules out the whole tile.
   bool operator()(index_t b, index_t h, index_t i0, index_t br, index_t j0, index_t bc, T* s,
                   index_t lds, T* rmax, const TileBlocks& t) const {
@@ -163,6 +168,10 @@ struct ScoreTiles {
         rmax[i] = row_max(row, bc);
       }
     }
+    if (learned) {
+      learned->add(g, b, h, i0, br, j0, bc, s, lds);
+      for (index_t i = 0; i < br; ++i) rmax[i] = row_max(s + i * lds, bc);
+    }
     if constexpr (HasSoftCap<Score>)  // after the bias, before the mask
       for (index_t i = 0; i < br; ++i) {
         T* row = s + i * lds;
@@ -178,6 +187,8 @@ struct ScoreTiles {
         rmax[i] = row_max(row, bc);
       }
     }
+    if (careful)
+      for (index_t i = 0; i < br; ++i) rmax[i] = row_max_nan(s + i * lds, bc);
     return true;
   }
 };
@@ -185,14 +196,18 @@ struct ScoreTiles {
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 ScoreTiles<T, Score, Mask> make_score_tiles(const Score& score, const Mask& mask,
                                             const AttentionGeometry& g, const T* q, const T* k,
-                                            AttentionLayout<T>& layout) {
+                                            AttentionLayout<T>& layout,
+                                            const BiasTables<T>* learned = nullptr,
+                                            bool careful = false) {
   return {score,
           mask,
           g,
           q,
           pack_key_panels(k, g, g.Dh, layout.kt),
           key_norm_bias<Score>(g, k, layout.key_norms),
-          static_cast<T>(score.alpha(g.Dh))};
+          static_cast<T>(score.alpha(g.Dh)),
+          learned,
+          careful};
 }
 
 }  // namespace detail

@@ -165,6 +165,22 @@ T row_max(const T* row, index_t n) {
   return std::max(m, predux_max(mx));
 }
 
+// max(row[0, n)), NaN when some element is NaN (−∞ when empty): the maxima of a call with
+// non-finite inputs (non_finite.hpp).
+template <class T>
+T row_max_nan(const T* row, index_t n) {
+  using namespace Eigen::internal;
+  Packet<T> mx = pset1<Packet<T>>(-std::numeric_limits<T>::infinity());
+  T m = -std::numeric_limits<T>::infinity();
+  for_packets<T>(
+      n, [&](index_t j) { mx = pmax<Eigen::PropagateNaN>(mx, ploadu<Packet<T>>(row + j)); },
+      [&](index_t j) {
+        m = std::isnan(row[j]) || std::isnan(m) ? row[j] + m : std::max(m, row[j]);
+      });
+  const T p = predux_max<Eigen::PropagateNaN>(mx);
+  return std::isnan(p) || std::isnan(m) ? p + m : std::max(m, p);
+}
+
 // e^x on a packet of floats for x <= 88.37, exactly 0 below −87.34 (so for −∞, a masked score):
 // exp_fast's method (core/fast_math.hpp) with the polynomial evaluated as two chains at once.
 // exp_row_sum uses it on packets of 4 and 8 floats, where Eigen's pexp (rounding by floor, 2^n

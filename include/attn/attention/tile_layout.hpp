@@ -115,6 +115,7 @@ template <class T>
 struct AttentionScratch {
   std::vector<T> s, dp, pm, acc, dq, dk, dv, colsum, m, l, rmax;
   std::vector<unsigned char> started;  // per key tile: its dK, dV accumulators hold a product
+  std::vector<unsigned char> bad;      // forward, per row: a NaN or +∞ among its allowed scores
 };
 
 template <class T>
