@@ -25,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+#include "../core/parallel.hpp"
 #include "geometry.hpp"
 #include "learned_bias.hpp"
 #include "mask.hpp"
@@ -33,25 +34,40 @@
 namespace attn::detail {
 
 // Whether x[0, n) is all finite. A sum of x·0 is NaN exactly when some x is NaN or ±∞: one pass
-// of packets, no branch (a plain loop would add one element at a time, its sum in order).
+// of packets into four independent sums, no branch.
 template <class T>
 bool all_finite(const T* x, index_t n) {
   using namespace Eigen::internal;
+  constexpr index_t W = packet_size<T>;
   const Packet<T> zero = pset1<Packet<T>>(T{0});
-  Packet<T> acc = zero;
-  T s = 0;
-  for_packets<T>(
-      n, [&](index_t j) { acc = padd(acc, pmul(ploadu<Packet<T>>(x + j), zero)); },
-      [&](index_t j) { s += x[j] * T{0}; });
-  return s + predux(acc) == T{0};
+  Packet<T> a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+  index_t j = 0;
+  for (; j + 4 * W <= n; j += 4 * W) {
+    a0 = padd(a0, pmul(ploadu<Packet<T>>(x + j), zero));
+    a1 = padd(a1, pmul(ploadu<Packet<T>>(x + j + W), zero));
+    a2 = padd(a2, pmul(ploadu<Packet<T>>(x + j + 2 * W), zero));
+    a3 = padd(a3, pmul(ploadu<Packet<T>>(x + j + 3 * W), zero));
+  }
+  T s = predux(padd(padd(a0, a1), padd(a2, a3)));
+  for (; j < n; ++j) s += x[j] * T{0};
+  return s == T{0};
+}
+
+// Whether rows [0, rows) of each of `heads` blocks of x, `stride` rows apart, are finite: one
+// task per block, in parallel (the scans of a call's inputs, a cost linear in T).
+template <class T>
+bool blocks_finite(const T* x, index_t heads, index_t rows, index_t stride, index_t D) {
+  std::vector<unsigned char> ok(static_cast<std::size_t>(heads), 1);
+  parallel_for(heads, 2.0 * double(rows * D), [&](index_t h) {
+    ok[static_cast<std::size_t>(h)] = all_finite(x + h * stride * D, rows * D) ? 1 : 0;
+  });
+  return std::all_of(ok.begin(), ok.end(), [](unsigned char c) { return c != 0; });
 }
 
 // Whether rows [0, Tk) of every key/value head of x [B, Hk, Lk, D] are finite.
 template <class T>
 bool key_rows_finite(const T* x, const AttentionGeometry& g, index_t D) {
-  for (index_t bh = 0; bh < g.B * g.Hk; ++bh)
-    if (!all_finite(x + bh * g.key_rows() * D, g.Tk * D)) return false;
-  return true;
+  return blocks_finite(x, g.B * g.Hk, g.Tk, g.key_rows(), D);
 }
 
 // What one call's inputs need under the rule above.
@@ -81,7 +97,7 @@ NonFiniteInputs<T> non_finite_inputs(const Mask& mask, const AttentionGeometry& 
     bias_ok = bias->positional()
                   ? all_finite(bias->table.data(), static_cast<index_t>(bias->table.size()))
                   : all_finite(bias->dense, (bias->batch_stride ? g.B : 1) * g.H * g.Tq * g.Tk);
-  x.careful = !kv_ok || !bias_ok || !all_finite(q, g.B * g.H * g.Tq * g.Dh);
+  x.careful = !kv_ok || !bias_ok || !blocks_finite(q, g.B * g.H, g.Tq, g.Tq, g.Dh);
   if (kv_ok) return x;
   // Key and value rows no query may see are set to 0 (the mask asked once per pair, only here).
   std::vector<unsigned char> hidden(static_cast<std::size_t>(g.B * g.Tk), 1);
