@@ -82,7 +82,8 @@ FlashOracle flash_oracle(const FlashProblem& p, const Mask& m) {
   const FlashSize& z = p.z;
   FlashOracle r;
   r.out = reference_attention(p.q, p.k, p.v, Score{}, kernel::Softmax{}, m).out;
-  // lse_i = log Σ_{j allowed} e^{s_ij − beta_q ‖q_i‖²}: the kernels leave out the beta_q term.
+  // lse_i = log Σ_{j allowed} e^{s_ij − beta_q ‖q_i‖²}: the kernels leave out the beta_q term (s
+  // through the score's soft cap, if it has one).
   r.lse = Tensor<double>(Shape{z.B, z.H, z.Tq});
   const Score score{};
   for (index_t b = 0; b < z.B; ++b)
@@ -93,7 +94,7 @@ FlashOracle flash_oracle(const FlashProblem& p, const Mask& m) {
         double mx = -std::numeric_limits<double>::infinity(), sum = 0;
         auto s = [&](index_t j) {
           const double* k = p.k.data() + ((b * z.Hk + h / (z.H / z.Hk)) * z.Tk + j) * z.Dh;
-          return score(q, k, z.Dh) - Score::beta_q * qq;
+          return soft_capped(score, score(q, k, z.Dh) - Score::beta_q * qq);
         };
         for (index_t j = 0; j < z.Tk; ++j)
           if (m.allowed(b, i, j, z.Tq, z.Tk)) mx = std::max(mx, s(j));

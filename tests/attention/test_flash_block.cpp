@@ -266,6 +266,11 @@ void check_against_oracle(std::uint64_t seed, const Bounds& tol) {
 }
 
 constexpr Bounds float_bounds{2e-5, 2e-5, 2e-5, 2e-5, 2e-5};
+
+// A soft cap that most scores of these problems reach (the default, 50, is far above them).
+struct Capped : score::SoftCap<score::ScaledDot> {
+  Capped() { cap = 1.5; }
+};
 // Outputs are rounded to bf16 (8 significant bits: half an ulp is 2^-9 relative); D = Σ dO∘O
 // reads the rounded O, which moves dS by up to P |D| 2^-9, so dq and dk get a little more.
 constexpr Bounds bf16_bounds{0x1p-8, 1e-5, 0x1p-6, 0x1p-6, 0x1p-8};
@@ -278,6 +283,7 @@ TEST_CASE_TEMPLATE("flash block programs (float) equal the reference, every scor
   check_against_oracle<float, score::Dot, Mask>(7, float_bounds);
   check_against_oracle<float, score::ScaledDot, Mask>(7, float_bounds);
   check_against_oracle<float, score::NegSqEuclidean, Mask>(7, float_bounds);
+  check_against_oracle<float, Capped, Mask>(7, float_bounds);
 }
 
 TEST_CASE_TEMPLATE("flash block programs (bf16 in and out, float inside) equal the reference", Mask,
@@ -325,6 +331,17 @@ TEST_CASE_TEMPLATE("flash block programs in double: gradients equal finite diffe
   run(score::Dot{});
   run(score::ScaledDot{});
   run(score::NegSqEuclidean{});
+  run(Capped{});
+}
+
+TEST_CASE("flash block programs refuse a soft cap that is not positive and finite") {
+  const FlashProblem p = make_flash_problem(flash_sizes[1], 3, false);
+  Capped bad;
+  bad.cap = 0;
+  CHECK(message_of<attn::value_error>([&] {
+          (void)attn::emulate_flash_forward<float>(as<float>(p.q), as<float>(p.k), as<float>(p.v),
+                                                   bad, mask::None{});
+        }) == "flash_forward: the soft cap must be positive and finite, got 0");
 }
 
 TEST_CASE("flash block programs with many threads per block give the serial result bit for bit") {

@@ -23,6 +23,7 @@
 // its gradient, 2 beta_q q Σ_j dS_ij, is 0), so it is left out, as in score_tiles.hpp.
 #pragma once
 
+#include <cmath>
 #include <concepts>
 #include <type_traits>
 
@@ -87,6 +88,7 @@ struct ForwardArgs {
   Geometry g;
   flash_accumulator<T> alpha = 1;  // the score's alpha(Dh)
   Mask mask;
+  flash_accumulator<T> soft_cap = 0;  // the score's cap (score::SoftCap), unused for the others
 };
 
 template <class T, class Mask>
@@ -99,6 +101,7 @@ struct BackwardArgs {
   Geometry g;
   flash_accumulator<T> alpha = 1;
   Mask mask;
+  flash_accumulator<T> soft_cap = 0;  // as ForwardArgs
 };
 
 // C(m, n) = Σ_{k<K} A(m, k) B(k, n) for m < M, n < N, over tiles in shared memory addressed by
@@ -215,18 +218,25 @@ ATTN_HOST_DEVICE void load_key_norms(const Block& blk, const Acc* k, int ld, int
   }
 }
 
-// S = alpha Q Kᵀ + beta_k ‖k‖² for a [Br, Bc] tile at (i0, j0), −∞ where the key is not allowed,
-// past the end of either sequence (rows >= br, columns >= bc), or everywhere in a skipped tile.
+// cap · tanh(x / cap) for a soft-capped score (score::SoftCap), x for the others.
+template <ScorePolicy Score, class Acc>
+ATTN_HOST_DEVICE Acc capped(Acc x, Acc cap) {
+  if constexpr (HasSoftCap<Score>)
+    return cap * std::tanh(x / cap);
+  else
+    return x;
+}
+
+// S = alpha Q Kᵀ + beta_k ‖k‖² (through the soft cap of a capped score) for a [Br, Bc] tile at
+// (i0, j0), −∞ where the key is not allowed, past the end of either sequence (rows >= br,
+// columns >= bc), or everywhere in a skipped tile.
 template <ScorePolicy Score, class Mask, class Block, class Acc>
 ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask& mask, Acc alpha,
-                                 TileKind kind, index_t b, index_t i0, int br, index_t j0, int bc,
-                                 const Acc* q, const Acc* k, int ld, const Acc* key_norms, Acc* s,
-                                 int lds) {
+                                 Acc cap, TileKind kind, index_t b, index_t i0, int br, index_t j0,
+                                 int bc, const Acc* q, const Acc* k, int ld, const Acc* key_norms,
+                                 Acc* s, int lds) {
   static_assert(!HasPositionBias<Score>,
                 "attn: the CUDA block programs add no position bias yet (score::Alibi runs on the "
-                "CPU paths)");
-  static_assert(!HasSoftCap<Score>,
-                "attn: the CUDA block programs apply no soft cap yet (score::SoftCap runs on the "
                 "CPU paths)");
   const int D = static_cast<int>(g.Dh);
   tile_product(blk, query_tile, key_tile, D, q, ld, 1, k, 1, ld, [&](int i, int j, Acc qk) {
@@ -234,8 +244,8 @@ ATTN_HOST_DEVICE void score_tile(const Block& blk, const Geometry& g, const Mask
         i < br && j < bc && (kind == TileKind::all || mask.allowed(b, i0 + i, j0 + j, g.Tq, g.Tk));
     const Acc norm = Score::beta_k != 0 ? key_norms[j] : Acc(0);
     // qq = 0: the beta_q term cancels (see the top of this file).
-    s[i * lds + j] =
-        ok ? score_from_parts<Score>(alpha, qk, Acc(0), norm) : negative_infinity<Acc>();
+    s[i * lds + j] = ok ? capped<Score>(score_from_parts<Score>(alpha, qk, Acc(0), norm), cap)
+                        : negative_infinity<Acc>();
   });
 }
 
@@ -290,8 +300,8 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
     const TileKind kind = a.mask.tile(b, i0, i0 + br, j0, j0 + bc, g.Tq, g.Tk);
     if (kind == TileKind::none) continue;
     load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, k, L.ldq, v, L.ldv, key_norms);
-    score_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, key_norms, s,
-                      L.lds);
+    score_tile<Score>(blk, g, a.mask, a.alpha, a.soft_cap, kind, b, i0, br, j0, bc, q, k, L.ldq,
+                      key_norms, s, L.lds);
     blk.sync();
     // Per row: the tile's state (P = e^{S − m_J} written over S) merged into the running one.
     for (int i = blk.thread(); i < query_tile; i += blk.size()) {
@@ -322,24 +332,29 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
 }
 
 // dS = P ∘ (dP − D) for one [Br, Bc] tile: S (with −∞) in s, dP in dp; leaves P in s and dS in
-// dp. P = e^{S − lse} is the forward's weight, rebuilt from the saved log-sum-exp.
+// dp. P = e^{S − lse} is the forward's weight, rebuilt from the saved log-sum-exp. For a capped
+// score dS is of the score before the cap: times 1 − (s / cap)², s the capped score.
 template <ScorePolicy Score, class Mask, class Block, class Acc>
 ATTN_HOST_DEVICE void gradient_tile(const Block& blk, const Geometry& g, const Mask& mask,
-                                    Acc alpha, TileKind kind, index_t b, index_t i0, int br,
-                                    index_t j0, int bc, const BackwardLayout& L, Acc* smem) {
+                                    Acc alpha, Acc cap, TileKind kind, index_t b, index_t i0,
+                                    int br, index_t j0, int bc, const BackwardLayout& L,
+                                    Acc* smem) {
   Acc *q = smem + L.q, *dout = smem + L.dout, *k = smem + L.k, *v = smem + L.v;
   Acc *s = smem + L.s, *dp = smem + L.dp, *lse = smem + L.lse, *delta = smem + L.delta;
-  score_tile<Score>(blk, g, mask, alpha, kind, b, i0, br, j0, bc, q, k, L.ldq, smem + L.key_norms,
-                    s, L.lds);
+  score_tile<Score>(blk, g, mask, alpha, cap, kind, b, i0, br, j0, bc, q, k, L.ldq,
+                    smem + L.key_norms, s, L.lds);
   // dP = dO Vᵀ
   tile_product(blk, query_tile, key_tile, static_cast<int>(g.Dv), dout, L.ldv, 1, v, 1, L.ldv,
                [&](int i, int j, Acc x) { dp[i * L.lds + j] = x; });
   blk.sync();
   for (int e = blk.thread(); e < query_tile * key_tile; e += blk.size()) {
     const int i = e / key_tile, at = i * L.lds + e % key_tile;
-    const Acc p = softmax_weight(s[at], lse[i]);
+    const Acc score = s[at], p = softmax_weight(score, lse[i]);
     s[at] = p;
-    dp[at] = p * (dp[at] - delta[i]);
+    Acc ds = p * (dp[at] - delta[i]);
+    if constexpr (HasSoftCap<Score>)
+      if (p > Acc(0)) ds *= Acc(1) - (score / cap) * (score / cap);
+    dp[at] = ds;
   }
   blk.sync();
 }
@@ -379,7 +394,7 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
     if (kind == TileKind::none) continue;
     load_keys<Score>(blk, g, a.k, a.v, b, t.hk, j0, bc, smem + L.k, L.ldq, smem + L.v, L.ldv,
                      smem + L.key_norms);
-    gradient_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, L, smem);
+    gradient_tile<Score>(blk, g, a.mask, a.alpha, a.soft_cap, kind, b, i0, br, j0, bc, L, smem);
     // dQ += dS K   (alpha is applied once at the end)
     tile_product(blk, query_tile, Dh, key_tile, smem + L.dp, L.lds, 1, smem + L.k, L.ldq, 1,
                  [&](int i, int d, Acc x) { acc[i * Dh + d] += x; });
@@ -424,7 +439,7 @@ ATTN_HOST_DEVICE void backward_dkv_block(const Block& blk, Acc* smem,
         delta[i] = i < br ? a.delta[g.row(b, h, i0 + i)] : Acc(0);
       }
       blk.sync();
-      gradient_tile<Score>(blk, g, a.mask, a.alpha, kind, b, i0, br, j0, bc, L, smem);
+      gradient_tile<Score>(blk, g, a.mask, a.alpha, a.soft_cap, kind, b, i0, br, j0, bc, L, smem);
       // dV += Pᵀ dO and dK += dSᵀ Q (alpha once at the end); A(m = j, k = i) reads a column.
       tile_product(blk, key_tile, Dv, query_tile, smem + L.s, 1, L.lds, smem + L.dout, L.ldv, 1,
                    [&](int j, int d, Acc x) { acc_v[j * Dv + d] += x; });

@@ -116,8 +116,15 @@ FlashForwardResult<A> emulate_flash_forward(const Tensor<A>& q, const Tensor<A>&
   std::vector<T> o(static_cast<std::size_t>(g.B * g.H * g.Tq * g.Dv));
   FlashForwardResult<A> r{Tensor<A>(), Tensor<A>(Shape{g.B, g.H, g.Tq})};
   const flash::ForwardArgs<T, Mask> args{
-      qs.data(), ks.data(), vs.data(), o.data(), r.lse.data(), g, static_cast<A>(score.alpha(g.Dh)),
-      mask};
+      qs.data(),
+      ks.data(),
+      vs.data(),
+      o.data(),
+      r.lse.data(),
+      g,
+      static_cast<A>(score.alpha(g.Dh)),
+      mask,
+      static_cast<A>(detail::soft_cap_of(score, "flash_forward"))};
   flash::run_grid_on_host<A>(g.forward_blocks(), flash::forward_smem_size(g), threads,
                              [&](const flash::HostBlock& blk, A* smem, index_t block) {
                                flash::forward_block<Score>(blk, smem, args, block);
@@ -148,9 +155,20 @@ FlashGradients<A> emulate_flash_backward(const Tensor<A>& q, const Tensor<A>& k,
   std::vector<T> dq(qs.size()), dk(ks.size()), dv(vs.size());
   std::vector<A> delta(static_cast<std::size_t>(g.B * g.H * g.Tq));
   const flash::BackwardArgs<T, Mask> args{
-      qs.data(),    ks.data(), vs.data(), os.data(), dos.data(), forward.lse.data(),
-      delta.data(), dq.data(), dk.data(), dv.data(), g,          static_cast<A>(score.alpha(g.Dh)),
-      mask};
+      qs.data(),
+      ks.data(),
+      vs.data(),
+      os.data(),
+      dos.data(),
+      forward.lse.data(),
+      delta.data(),
+      dq.data(),
+      dk.data(),
+      dv.data(),
+      g,
+      static_cast<A>(score.alpha(g.Dh)),
+      mask,
+      static_cast<A>(detail::soft_cap_of(score, "flash_backward"))};
   const int smem = flash::backward_smem_size(g);
   flash::run_grid_on_host<A>(g.forward_blocks(), smem, threads,
                              [&](const flash::HostBlock& blk, A* s, index_t block) {

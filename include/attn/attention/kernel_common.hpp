@@ -66,17 +66,6 @@ AttentionGeometry checked_geometry(const Var<T>& q, const Var<T>& k, const Var<T
   return attention_geometry(q.shape(), k.shape(), v.shape(), op, key_length);
 }
 
-// Throws value_error unless a soft cap (score::SoftCap; 0 or less: none, for the materialised
-// form) is positive and finite; `op` names the operation.
-inline void check_soft_cap(double cap, const char* op) {
-  ATTN_CHECK(cap > 0 && std::isfinite(cap), value_error, op,
-             ": the soft cap must be positive and finite, got ", cap);
-}
-template <ScorePolicy S>
-void check_score(const S& s, const char* op) {
-  if constexpr (HasSoftCap<S>) check_soft_cap(s.cap, op);
-}
-
 }  // namespace detail
 
 }  // namespace attn

@@ -188,6 +188,27 @@ ATTN_HOST_DEVICE A score_from_parts(A alpha, A qk, A qq, A kk) {
 
 namespace detail {
 
+// Throws value_error unless a soft cap (score::SoftCap; 0 or less: none, for the materialised
+// form) is positive and finite; `op` names the operation.
+inline void check_soft_cap(double cap, const char* op) {
+  ATTN_CHECK(cap > 0 && std::isfinite(cap), value_error, op,
+             ": the soft cap must be positive and finite, got ", cap);
+}
+template <ScorePolicy S>
+void check_score(const S& s, const char* op) {
+  if constexpr (HasSoftCap<S>) check_soft_cap(s.cap, op);
+}
+// The cap of a soft-capped score, checked; 0 for the others (what the CUDA block programs take).
+template <ScorePolicy S>
+double soft_cap_of(const S& s, const char* op) {
+  if constexpr (HasSoftCap<S>) {
+    check_soft_cap(s.cap, op);
+    return s.cap;
+  } else {
+    return 0.0;
+  }
+}
+
 // Feature maps read q and k scaled so that φ(q)·φ(k) approximates κ of the score: by d^{-1/4}
 // each under ScaledDot (together 1/√d), unscaled under Dot.
 template <ScorePolicy Score>

@@ -125,14 +125,16 @@ void flash_attention(const DeviceTensor<T>& q, const DeviceTensor<T>& k, const D
   mask.validate(g.B, g.Tq, g.Tk);
   result.out.resize(Shape{g.B, g.H, g.Tq, g.Dv});
   result.lse.resize(Shape{g.B, g.H, g.Tq});
-  const flash::ForwardArgs<T, Mask> args{q.data(),
-                                         k.data(),
-                                         v.data(),
-                                         result.out.data(),
-                                         result.lse.data(),
-                                         g,
-                                         static_cast<float>(score.alpha(g.Dh)),
-                                         mask};
+  const flash::ForwardArgs<T, Mask> args{
+      q.data(),
+      k.data(),
+      v.data(),
+      result.out.data(),
+      result.lse.data(),
+      g,
+      static_cast<float>(score.alpha(g.Dh)),
+      mask,
+      static_cast<float>(attn::detail::soft_cap_of(score, "cuda::flash_attention"))};
   launch_flash_forward<Score>(args, stream);
 }
 
@@ -176,7 +178,8 @@ void flash_attention_backward(const DeviceTensor<T>& q, const DeviceTensor<T>& k
                                           grads.dv.data(),
                                           g,
                                           static_cast<float>(score.alpha(g.Dh)),
-                                          mask};
+                                          mask,
+                                          static_cast<float>(attn::detail::soft_cap_of(score, op))};
   launch_flash_backward<Score>(args, stream);
 }
 
