@@ -12,6 +12,7 @@
 #include <attn/train/paths.hpp>
 #include <attn/train/plot.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/run_lock.hpp>
 #include <attn/train/settings.hpp>
 
 #include <algorithm>
@@ -451,13 +452,23 @@ void declare_model_settings(attn::train::Settings& s, EvalOptions& o, const std:
   s.integer("threads", o.threads, "OpenMP threads").range(1, 256);
 }
 
-// Before any work: --out can be written, is none of the inputs, and holds no earlier result
-// (unless --overwrite).
-void check_output(const std::string& out, bool overwrite,
-                  const std::vector<attn::train::Input>& inputs) {
+// Before any work: --out can be written, is none of the inputs and holds no earlier result
+// (unless --overwrite), checked before anything is written (a refused run leaves no file) and
+// again once this process holds <out>.lock (the lock returned, kept until the program ends), so
+// that no other process writes the same --out meanwhile.
+[[nodiscard]] attn::train::RunLock claim_output(const std::string& out, bool overwrite,
+                                                const std::vector<attn::train::Input>& inputs) {
   attn::train::check_output_file(out, "--out", true);
   attn::train::check_not_an_input(out, "--out", inputs);
-  attn::train::refuse_to_replace({out}, overwrite, "value_aware", "--out", "move it elsewhere");
+  auto refuse = [&] {
+    attn::train::refuse_to_replace({out}, overwrite, "value_aware", "--out", "move it elsewhere");
+  };
+  refuse();
+  const fs::path path(out);
+  if (path.has_parent_path()) fs::create_directories(path.parent_path());
+  attn::train::RunLock lock(fs::path(out + ".lock"), "value_aware: " + out);
+  refuse();  // another run may have written it between the first check and the lock
+  return lock;
 }
 
 }  // namespace
@@ -518,12 +529,12 @@ int main(int argc, char** argv) {
     if (*plot_cmd) {
       std::vector<attn::train::Input> inputs;
       for (const std::string& c : csvs) inputs.push_back({c, "plot"});
-      check_output(svg, overwrite_svg, inputs);
+      const attn::train::RunLock lock = claim_output(svg, overwrite_svg, inputs);
       return plot_curves(csvs, svg);
     }
     const EvalOptions& opts = *weights_cmd ? w : e;
-    check_output(opts.out, opts.overwrite,
-                 {{opts.checkpoint, "the checkpoint"}, {opts.data, "--data"}});
+    const attn::train::RunLock lock = claim_output(
+        opts.out, opts.overwrite, {{opts.checkpoint, "the checkpoint"}, {opts.data, "--data"}});
     const io::Safetensors file = examples::open_checkpoint(opts.checkpoint);
     return examples::with_attention(
         io::metadata_string(file, "attention", opts.checkpoint), [&]<class Attn>() {

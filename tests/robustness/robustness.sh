@@ -275,6 +275,15 @@ if [ -n "${bin[value_aware]:-}" ]; then
   expect 1 "value_aware: an earlier run's files are in the way \(guard/c/log.csv\)" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out guard/c/log.csv
   expect 1 "--out guard/c/log.csv is the file plot reads" -- "$V" plot guard/c/log.csv --out guard/c/log.csv --overwrite
   expect 2 "--windows: 0 is outside \[1, 1000000\]" -- "$V" eval guard/c/checkpoint.safetensors --windows 0
+  # One writer per --out: while another process holds s/v2.csv.lock, a run into s/v2.csv is refused.
+  if command -v flock > /dev/null; then
+    flock -o s/v2.csv.lock sleep 4 > /dev/null 2>&1 &
+    holder=$!
+    for _ in $(seq 50); do [ -f s/v2.csv.lock ] && break; sleep 0.1; done
+    sleep 0.3
+    expect 1 "value_aware: s/v2.csv is in use by another process \(its holder holds s/v2.csv.lock\)" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out s/v2.csv --exact-only
+    wait $holder 2> /dev/null
+  fi
 fi
 if [ -n "${bin[autodiff_demo]:-}" ]; then
   expect 2 "--steps wants an integer in \[1, 1000000\], got '0'" -- "${bin[autodiff_demo]}" --steps 0
