@@ -25,10 +25,7 @@ namespace score = attn::score;
 
 namespace learned_bias_test {
 
-template <class T>
-Tensor<T> normal(const Shape& s, std::uint64_t seed, double scale = 1.0) {
-  return kernel_tests::normal_tensor<T>(s, seed, scale);
-}
+using kernel_tests::normal_tensor;
 const std::vector<attn::AttentionBackward>& plans = kernel_tests::backward_plans;
 using kernel_tests::plan_name;
 using kernel_tests::torch_value;
@@ -170,11 +167,11 @@ TEST_CASE("T5 buckets: exact near, log-spaced far, the two directions apart") {
 
 TEST_CASE("learned biases: gradients match finite differences on every plan") {
   const index_t B = 2, H = 2, Hk = 1, Tq = 7, Tk = 9, D = 3;
-  const Tensor<double> q = normal<double>(Shape{B, H, Tq, D}, 1),
-                       k = normal<double>(Shape{B, Hk, Tk, D}, 2),
-                       v = normal<double>(Shape{B, Hk, Tk, 2}, 3),
-                       r = normal<double>(Shape{B, H, Tq, 2}, 4),
-                       r_lse = normal<double>(Shape{B, H, Tq}, 5);
+  const Tensor<double> q = normal_tensor<double>(Shape{B, H, Tq, D}, 1),
+                       k = normal_tensor<double>(Shape{B, Hk, Tk, D}, 2),
+                       v = normal_tensor<double>(Shape{B, Hk, Tk, 2}, 3),
+                       r = normal_tensor<double>(Shape{B, H, Tq, 2}, 4),
+                       r_lse = normal_tensor<double>(Shape{B, H, Tq}, 5);
   struct Case {
     const char* what;
     Kind kind;
@@ -183,11 +180,11 @@ TEST_CASE("learned biases: gradients match finite differences on every plan") {
     bool bidirectional;
   };
   const std::vector<Case> cases = {
-      {"T5, bidirectional", Kind::t5, normal<double>(Shape{H, 8}, 6), 6, true},
-      {"T5, one direction", Kind::t5, normal<double>(Shape{H, 6}, 7), 5, false},
-      {"learned ALiBi", Kind::alibi, normal<double>(Shape{H}, 8, 0.3), 0, false},
-      {"dense, shared", Kind::dense, normal<double>(Shape{H, Tq, Tk}, 9), 0, false},
-      {"dense, batched", Kind::dense, normal<double>(Shape{B, H, Tq, Tk}, 10), 0, false}};
+      {"T5, bidirectional", Kind::t5, normal_tensor<double>(Shape{H, 8}, 6), 6, true},
+      {"T5, one direction", Kind::t5, normal_tensor<double>(Shape{H, 6}, 7), 5, false},
+      {"learned ALiBi", Kind::alibi, normal_tensor<double>(Shape{H}, 8, 0.3), 0, false},
+      {"dense, shared", Kind::dense, normal_tensor<double>(Shape{H, Tq, Tk}, 9), 0, false},
+      {"dense, batched", Kind::dense, normal_tensor<double>(Shape{B, H, Tq, Tk}, 10), 0, false}};
   auto check = [&](auto op, const char* path) {
     for (const Case& c : cases)
       for (const auto& plan : plans) {
@@ -219,10 +216,10 @@ TEST_CASE("learned biases: gradients match finite differences on every plan") {
 
 TEST_CASE("learned biases on the materialised path of other kernels match the reference loops") {
   const index_t B = 2, H = 2, Tq = 6, Tk = 10, D = 4;
-  const Tensor<double> q = normal<double>(Shape{B, H, Tq, D}, 11),
-                       k = normal<double>(Shape{B, H, Tk, D}, 12),
-                       v = normal<double>(Shape{B, H, Tk, 3}, 13);
-  const Tensor<double> theta = normal<double>(Shape{H, 8}, 14);
+  const Tensor<double> q = normal_tensor<double>(Shape{B, H, Tq, D}, 11),
+                       k = normal_tensor<double>(Shape{B, H, Tk, D}, 12),
+                       v = normal_tensor<double>(Shape{B, H, Tk, 3}, 13);
+  const Tensor<double> theta = normal_tensor<double>(Shape{H, 8}, 14);
   const Tensor<double> full = expanded(Kind::t5, theta, B, H, Tq, Tk, 10, true);
   using Poly = kernel::Polynomial<2>;
   const auto want =
@@ -246,9 +243,9 @@ TEST_CASE("learned biases on the materialised path of other kernels match the re
 }
 
 TEST_CASE("learned ALiBi at the paper's slopes is score::Alibi, bit for bit (double)") {
-  const Tensor<double> q = normal<double>(Shape{2, 4, 70, 8}, 15),
-                       k = normal<double>(Shape{2, 4, 70, 8}, 16),
-                       v = normal<double>(Shape{2, 4, 70, 5}, 17);
+  const Tensor<double> q = normal_tensor<double>(Shape{2, 4, 70, 8}, 15),
+                       k = normal_tensor<double>(Shape{2, 4, 70, 8}, 16),
+                       v = normal_tensor<double>(Shape{2, 4, 70, 5}, 17);
   attn::Tape<double> tape;
   const auto fixed = attn::Attention<score::Alibi, kernel::Softmax, mask::Causal>{}(
       tape.leaf(q), tape.leaf(k), tape.leaf(v));
@@ -262,10 +259,12 @@ TEST_CASE("learned ALiBi at the paper's slopes is score::Alibi, bit for bit (dou
 TEST_CASE("learned-bias gradients have the same bits on 1 and on 2 threads") {
   using T = float;
   const index_t B = 2, H = 4, Hk = 2, Tq = 200, Tk = 200, D = 16;
-  const Tensor<T> q = normal<T>(Shape{B, H, Tq, D}, 18), k = normal<T>(Shape{B, Hk, Tk, D}, 19),
-                  v = normal<T>(Shape{B, Hk, Tk, D}, 20), r = normal<T>(Shape{B, H, Tq, D}, 21);
-  const Tensor<T> table = normal<T>(Shape{H, 32}, 22), slopes = attn::alibi_slopes<T>(H),
-                  dense = normal<T>(Shape{H, Tq, Tk}, 23);
+  const Tensor<T> q = normal_tensor<T>(Shape{B, H, Tq, D}, 18),
+                  k = normal_tensor<T>(Shape{B, Hk, Tk, D}, 19),
+                  v = normal_tensor<T>(Shape{B, Hk, Tk, D}, 20),
+                  r = normal_tensor<T>(Shape{B, H, Tq, D}, 21);
+  const Tensor<T> table = normal_tensor<T>(Shape{H, 32}, 22), slopes = attn::alibi_slopes<T>(H),
+                  dense = normal_tensor<T>(Shape{H, Tq, Tk}, 23);
   auto grads = [&](const attn::AttentionBackward& plan) {
     attn::Attention<score::ScaledDot, kernel::Softmax, mask::Causal> op;
     op.backward = plan;
@@ -283,9 +282,9 @@ TEST_CASE("learned-bias gradients have the same bits on 1 and on 2 threads") {
 
 TEST_CASE("learned biases: wrong shapes and settings are clear errors") {
   attn::Tape<double> tape;
-  const auto q = tape.leaf(normal<double>(Shape{1, 2, 5, 4}, 24)),
-             k = tape.leaf(normal<double>(Shape{1, 2, 6, 4}, 25)),
-             v = tape.leaf(normal<double>(Shape{1, 2, 6, 3}, 26));
+  const auto q = tape.leaf(normal_tensor<double>(Shape{1, 2, 5, 4}, 24)),
+             k = tape.leaf(normal_tensor<double>(Shape{1, 2, 6, 4}, 25)),
+             v = tape.leaf(normal_tensor<double>(Shape{1, 2, 6, 3}, 26));
   const attn::Attention<score::ScaledDot, kernel::Softmax, mask::None> op;
   auto error = [&](const attn::LearnedBias<double>& bias) {
     return attn::test::message_of<attn::shape_error>([&] { (void)op(q, k, v, bias); });

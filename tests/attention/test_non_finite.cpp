@@ -24,10 +24,7 @@ namespace score = attn::score;
 
 namespace non_finite_test {
 
-template <class T>
-Tensor<T> normal(const Shape& s, std::uint64_t seed) {
-  return kernel_tests::normal_tensor<T>(s, seed);
-}
+using kernel_tests::normal_tensor;
 
 const std::vector<attn::AttentionBackward> plans = {
     {attn::BackwardWeights::saved, attn::BackwardPasses::single},
@@ -114,8 +111,9 @@ template <class T>
 void all_cases() {
   constexpr T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
   const index_t B = 2, H = 2, T_ = 200, D = 8;  // past one 128-row tile
-  const Tensor<T> q0 = normal<T>(Shape{B, H, T_, D}, 1), k0 = normal<T>(Shape{B, 1, T_, D}, 2),
-                  v0 = normal<T>(Shape{B, 1, T_, D}, 3);
+  const Tensor<T> q0 = normal_tensor<T>(Shape{B, H, T_, D}, 1),
+                  k0 = normal_tensor<T>(Shape{B, 1, T_, D}, 2),
+                  v0 = normal_tensor<T>(Shape{B, 1, T_, D}, 3);
   const std::string type = std::is_same_v<T, float> ? "float" : "double";
   auto with = [](Tensor<T> t, index_t b, index_t h, index_t i, T x) {
     t(b, h, i, 0) = x;
@@ -167,11 +165,13 @@ TEST_CASE("NaN and infinity: the fused and materialised paths follow the referen
 }
 
 TEST_CASE("NaN in padded keys and values reaches no output and no gradient") {
-  using non_finite_test::normal;
+  using kernel_tests::normal_tensor;
   using T = double;
   const index_t B = 2, H = 4, Hk = 2, T_ = 180, D = 8;
-  const Tensor<T> q = normal<T>(Shape{B, H, T_, D}, 4), r = normal<T>(Shape{B, H, T_, D}, 7);
-  Tensor<T> k = normal<T>(Shape{B, Hk, T_, D}, 5), v = normal<T>(Shape{B, Hk, T_, D}, 6);
+  const Tensor<T> q = normal_tensor<T>(Shape{B, H, T_, D}, 4),
+                  r = normal_tensor<T>(Shape{B, H, T_, D}, 7);
+  Tensor<T> k = normal_tensor<T>(Shape{B, Hk, T_, D}, 5),
+            v = normal_tensor<T>(Shape{B, Hk, T_, D}, 6);
   const std::vector<index_t> lengths{100, 161};
   for (index_t b = 0; b < B; ++b)  // zeros in the padding: the baseline
     for (index_t hk = 0; hk < Hk; ++hk)
