@@ -183,6 +183,37 @@ TEST_CASE("Settings::resume_from: kept settings come back; a contradiction names
     CHECK(o.positions == "learned");
     CHECK(o.lr == 1e-3);
   }
+  SUBCASE("a fallback value is what a checkpoint older than the setting ran with") {
+    auto old = saved;
+    old.erase("train.positions");
+    old.erase("train.steps");
+    {
+      Options o;
+      Settings s;
+      declare(s, o);
+      CHECK(message_of<attn::value_error>([&] { s.fallback_when_missing("positions", "rope"); }) ==
+            "fallback_when_missing: --positions 'rope' is not one of learned, sinusoidal, none");
+      s.fallback_when_missing("positions", "none").fallback_when_missing("steps", "100");
+      s.resume_from(old, "c");
+      CHECK(o.positions == "none");  // not the default, learned
+      CHECK(o.steps == 100);
+    }
+    {  // given now: a keeps setting must agree with the fallback, a may_change one replaces it
+      Options o;
+      Settings s;
+      declare(s, o);
+      s.fallback_when_missing("positions", "none").fallback_when_missing("steps", "100");
+      s.set("steps", "250");
+      s.set("positions", "sinusoidal");
+      CHECK(message_of<attn::value_error>([&] { s.resume_from(old, "c"); }) ==
+            "--positions sinusoidal conflicts with the run in c, which has --positions none: a "
+            "resumed run keeps its settings");
+      s.set("positions", "none");
+      s.resume_from(old, "c");
+      CHECK(o.steps == 250);
+      CHECK(o.positions == "none");
+    }
+  }
 }
 
 TEST_CASE("Settings::check_given: a given setting must agree with values saved elsewhere") {

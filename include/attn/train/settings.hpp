@@ -23,7 +23,7 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <set>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -344,9 +344,10 @@ class Settings {
   // setting: its saved value is checked like an option (io_error naming the source and the key);
   // a `keeps` setting given now with another value is a value_error naming both values, otherwise
   // takes the saved value; a `may_change` setting given now keeps the new value. A key missing
-  // from the metadata (a checkpoint older than the setting) keeps the current value when the
-  // setting has `fallback_when_missing` (the default value is then what the old run used), else
-  // it is an io_error. `allowed` ends the conflict message ("--steps and --threads may change").
+  // from the metadata (a checkpoint older than the setting) is taken as the setting's
+  // `fallback_when_missing` value (what runs did before the setting existed; without one, the
+  // current value), unless given now as may_change; without a fallback it is an io_error. `allowed`
+  // ends the conflict message ("--steps and --threads may change").
   void resume_from(const std::map<std::string, std::string>& metadata, const std::string& source,
                    std::string_view allowed = {}) {
     // Every saved value is checked before any is taken, so a bad file changes nothing.
@@ -355,8 +356,14 @@ class Settings {
       if (s.on_resume_ == OnResume::not_saved) continue;
       const auto it = metadata.find(s.key_);
       if (it == metadata.end()) {
-        ATTN_CHECK(missing_ok_.count(s.name_) > 0, io_error, source, ": metadata '", s.key_,
+        const auto fallback = missing_ok_.find(s.name_);
+        ATTN_CHECK(fallback != missing_ok_.end(), io_error, source, ": metadata '", s.key_,
                    "' is missing (", s.option(), " of the run)");
+        if (fallback->second && !(s.given_ && s.on_resume_ == OnResume::may_change)) {
+          if (s.given_ && s.text() != *fallback->second)
+            throw conflict(s, *fallback->second, source, allowed);
+          take.emplace_back(&s, *fallback->second);
+        }
         continue;
       }
       std::string saved;
@@ -387,9 +394,18 @@ class Settings {
   }
 
   // Lets resume_from accept a checkpoint that lacks `name`'s key (written before the setting
-  // existed): the run then keeps the setting's current value.
+  // existed): the run then keeps the setting's current value, or takes `old_value` (checked like
+  // an option now) where the runs of that time did something other than today's default.
   Settings& fallback_when_missing(std::string_view name) {
-    missing_ok_.insert(std::string(at(name).name_));
+    missing_ok_[std::string(at(name).name_)] = std::nullopt;
+    return *this;
+  }
+  Settings& fallback_when_missing(std::string_view name, std::string_view old_value) {
+    Setting& s = at(name);
+    std::string canonical;
+    const std::string why = s.parse(std::string(old_value), canonical);
+    ATTN_CHECK(why.empty(), value_error, "fallback_when_missing: ", s.option(), " ", why);
+    missing_ok_[std::string(s.name_)] = std::move(canonical);
     return *this;
   }
 
@@ -432,7 +448,7 @@ class Settings {
   }
 
   std::deque<Setting> table_;  // a deque: declaring more never moves a Setting already handed out
-  std::set<std::string> missing_ok_;
+  std::map<std::string, std::optional<std::string>> missing_ok_;  // name -> old value
 };
 
 }  // namespace attn::train
