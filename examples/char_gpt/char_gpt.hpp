@@ -34,6 +34,7 @@ struct TrainOptions {
   double dropout = 0.0, train_fraction = 0.9, data_fraction = 1.0;
   std::uint64_t seed = 1;
   int threads = 2;
+  std::string denormals = "flush";
   std::int64_t eval_every = 100, eval_batches = 8;
   std::string out = "runs/char_gpt";
   bool overwrite = false;
@@ -47,12 +48,14 @@ struct TrainOptions {
 // The train command's settings, each declared once: its option, checks and help, the checkpoint
 // metadata (train.<name>) and what --resume does with it come from this table. The model's shape
 // is saved in the checkpoint's config.* (io::put_gpt_config) and compared with it there, so its
-// rows are not saved here; --vocab-from, a list, is an option of main.cpp's own.
+// rows are not saved here; nor is --vocab-from (the vocabulary itself is saved).
 inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   using attn::train::may_change;
   using attn::train::not_saved;
   // Data and model.
   s.text("data", t.data, "training text (UTF-8)").on_resume(may_change);  // its CRC is checked
+  s.text_list("vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
+      .on_resume(not_saved);  // the vocabulary is the checkpoint's
   s.text("attention", t.attention, "attention variant:" + examples::attention_choices_help())
       .choices(examples::attention_names())
       .on_resume(not_saved);
@@ -93,6 +96,11 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   s.integer("eval-every", t.eval_every, "validate, log and checkpoint every N steps")
       .range(1, 100000000);
   s.integer("eval-batches", t.eval_batches, "validation batches per evaluation").range(1, 100000);
+  s.text("denormals", t.denormals,
+         "flush: subnormal floats become zero (faster on cores that microcode them); keep: IEEE "
+         "gradual underflow (attn/core/float_env.hpp)")
+      .choices({"flush", "keep"})
+      .on_resume(may_change);
   // This session's.
   s.integer("threads", t.threads, "OpenMP threads").range(1, 256).on_resume(not_saved);
   s.text("out", t.out,
@@ -114,6 +122,7 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
       .on_resume(not_saved);
   // Checkpoints written before a setting existed.
   s.fallback_when_missing("data");
+  s.fallback_when_missing("denormals", "keep");
 }
 
 struct SampleOptions {

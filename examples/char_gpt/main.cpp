@@ -26,8 +26,7 @@ int main(int argc, char** argv) {
   char_gpt::declare_train_settings(settings, t);
   examples::add_settings(app, settings);
   app.get_option("--data")->check(CLI::ExistingFile);
-  app.add_option("--vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
-      ->check(CLI::ExistingFile);
+  app.get_option("--vocab-from")->check(CLI::ExistingFile);
   app.get_option("--resume")->check(CLI::ExistingFile)->excludes("--overwrite");
   app.get_option("--init-from")->check(CLI::ExistingFile)->excludes("--resume");
 

@@ -3,6 +3,7 @@
 // checkpoints, the sample. Every --attention variant is one model type, nn::GPT<AnyCausal>: this
 // file compiles the model, the loop and the checkpoint code once, the attention modules once each.
 #include <attn/attn.hpp>
+#include <attn/core/float_env.hpp>
 #include <attn/data/data.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
@@ -135,6 +136,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     o.attention = io::metadata_string(open_checkpoint(from), "attention", from);
   const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
+  attn::set_denormals(attn::parse_denormals(o.denormals));
 
   // ---- where the run comes from, and where it goes: everything checked before the first step
   io::Safetensors resumed;

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <typeinfo>
+#include <vector>
 
 #include "format.hpp"
 
@@ -77,6 +78,26 @@ inline void add_settings(CLI::App& app, attn::train::Settings& settings) {
       continue;
     }
     const attn::train::Setting* r = &row;  // rows never move (the table is a deque)
+    if (row.is_list()) {  // "--models dot additive" or "--models dot,additive": one set() of all
+      app.add_option_function<std::vector<std::string>>(
+             row.option(),
+             [&settings, name](const std::vector<std::string>& values) {
+               std::string joined;
+               for (std::size_t i = 0; i < values.size(); ++i) {
+                 if (i) joined += ',';
+                 joined += values[i];
+               }
+               const std::string why = settings.at(name).check(joined);  // e.g. too few values
+               if (!why.empty()) throw CLI::ValidationError("--" + name, why);
+               settings.set(name, joined);
+             },
+             row.help())
+          ->delimiter(',')
+          ->type_name(r->value_help())
+          ->check(CLI::Validator([r](std::string& in) { return r->check_element(in); }, ""))
+          ->default_str(row.default_text());
+      continue;
+    }
     app.add_option_function<std::string>(
            row.option(), [&settings, name](const std::string& v) { settings.set(name, v); },
            row.help())

@@ -271,8 +271,11 @@ int run(const Options& o) {
 
 }  // namespace
 
-// The options but --models (a list), each declared once: checked, with its range, in --help.
+// The options, each declared once: checked, with its range, in --help.
 void declare_settings(attn::train::Settings& s, Options& o) {
+  s.text_list("models", o.models, "models to train, in order")
+      .choices({"dot", "bilinear", "additive", "transformer"})
+      .at_least(1);
   s.integer("steps", o.steps, "optimizer steps per model").range(1, 10000000);
   s.integer("batch", o.batch, "dates per step").range(1, 4096);
   s.real("lr", o.lr, "peak learning rate (AdamW, warmup + cosine)").range(0, 1);
@@ -303,8 +306,6 @@ int main(int argc, char** argv) {
   attn::train::Settings settings;
   declare_settings(settings, o);
   examples::add_settings(app, settings);
-  app.add_option("--models", o.models, "models to train, in order")
-      ->check(CLI::IsMember({"dot", "bilinear", "additive", "transformer"}));
   return examples::run_main(app, argc, argv, [&] {
     if (o.rnn.hidden % 2 != 0)
       throw CLI::ValidationError("--hidden", std::to_string(o.rnn.hidden) + " is not even");

@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
       "holds them is refused unless --overwrite is given.\n"
       "Exit status: 0 done, 1 error, 2 bad option.");
   Options o;
-  attn::train::Settings settings;  // the options but the two lists, each declared once
+  attn::train::Settings settings;  // the options, each declared once (the models are arguments)
   settings.text("data", o.data, "the corpus the models were trained on");
   settings.integer("sequences", o.sequences, "held-out sequences").range(1, 100000);
   settings.integer("batch", o.batch, "sequences per forward pass").range(1, 4096);
@@ -312,11 +312,12 @@ int main(int argc, char** argv) {
   settings.integer("threads", o.threads, "OpenMP threads").range(1, 256);
   settings.text("out", o.out, "output directory");
   settings.flag("overwrite", o.overwrite, "replace the results of an earlier run in --out");
+  settings.integer_list("contexts", o.contexts, "context lengths L (query at position L-1)")
+      .range(1, 1 << 20)
+      .at_least(1);
   examples::add_settings(app, settings);
   app.get_option("--data")->check(CLI::ExistingFile);
   app.add_option("models", o.models, "name=checkpoint.safetensors (char_gpt, standard/euclidean)")
       ->required();
-  app.add_option("--contexts", o.contexts, "context lengths L (query at position L-1)")
-      ->delimiter(',');
   return examples::run_main(app, argc, argv, [&] { return run(o); });
 }

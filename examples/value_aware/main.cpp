@@ -483,24 +483,26 @@ int main(int argc, char** argv) {
   attn::train::Settings eval_settings;
   declare_model_settings(eval_settings, e, "CSV to write (one row per approximation)");
   eval_settings.flag("exact-only", e.exact_only, "only the exact model");
+  constexpr int most = 1 << 20;
+  eval_settings.integer_list("ovo", e.ovo, "r values of the OVO-r curve (d_h + 1 is added)")
+      .range(1, most);
+  eval_settings.integer_list("ova", e.ova, "r values of the OVA-r heuristic (1 < r <= d_h)")
+      .range(2, most);
+  eval_settings.integer_list("window", e.window, "sliding-window sizes").range(1, most);
+  eval_settings.integer_list("lsh-chunks", e.lsh_chunks, "LSH chunk sizes B (2B keys per round)")
+      .range(1, most);
+  eval_settings.integer_list("lsh-rounds", e.lsh_rounds, "LSH hash-round counts").range(1, most);
+  eval_settings.integer_list("features", e.features, "random-feature counts (softmax models only)")
+      .range(1, most);
+  eval_settings
+      .integer_list("layers", e.layers,
+                    "approximate only these layers (0 = the first; default: every layer)")
+      .range(0, most);
   CLI::App* eval = app.add_subcommand("eval", "validation loss under each approximation");
   eval->add_option("checkpoint", e.checkpoint, "a char_gpt checkpoint.safetensors")
       ->required()
       ->check(CLI::ExistingFile);
   examples::add_settings(*eval, eval_settings);
-  eval->add_option("--ovo", e.ovo, "r values of the OVO-r curve (d_h + 1 is added)")
-      ->delimiter(',');
-  eval->add_option("--ova", e.ova, "r values of the OVA-r heuristic (1 < r <= d_h)")
-      ->delimiter(',');
-  eval->add_option("--window", e.window, "sliding-window sizes")->delimiter(',');
-  eval->add_option("--lsh-chunks", e.lsh_chunks, "LSH chunk sizes B (2B keys per round)")
-      ->delimiter(',');
-  eval->add_option("--lsh-rounds", e.lsh_rounds, "LSH hash-round counts")->delimiter(',');
-  eval->add_option("--features", e.features, "random-feature counts (softmax models only)")
-      ->delimiter(',');
-  eval->add_option("--layers", e.layers,
-                   "approximate only these layers (0 = the first; default: every layer)")
-      ->delimiter(',');
 
   EvalOptions w;
   w.out = "weights.csv";

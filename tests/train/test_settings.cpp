@@ -289,3 +289,78 @@ TEST_CASE("Settings::parse_command_line: --name value, --name=value, flags, and 
   CHECK(message_of<attn::value_error>([&] { s.parse_command_line(2, bad); }) ==
         "--seed: '-1' is not a non-negative integer");
 }
+
+TEST_CASE("Settings lists: elements checked one by one, saved as one text, resumed, in the help") {
+  std::vector<std::int64_t> contexts{8, 16};
+  std::vector<std::string> models{"dot"};
+  Settings s;
+  s.integer_list("contexts", contexts, "context lengths").range(1, 4096).at_least(1);
+  s.text_list("models", models, "models to train").choices({"dot", "additive"});
+  CHECK(s.at("contexts").is_list());
+  CHECK(s.at("contexts").default_text() == "8,16");
+  CHECK(s.at("contexts").value_help() == "list of INT in [1, 4096]");
+  CHECK(s.at("models").value_help() == "list, each one of dot, additive");
+
+  s.set("contexts", "4,32,4");  // order and repeats are the user's
+  CHECK(contexts == std::vector<std::int64_t>{4, 32, 4});
+  s.set("contexts", "007");  // canonical text, as for one integer
+  CHECK(s.at("contexts").text() == "7");
+  CHECK(message_of<attn::value_error>([&] { s.set("contexts", "4,0"); }) ==
+        "--contexts: 0 is outside [1, 4096]");
+  CHECK(message_of<attn::value_error>([&] { s.set("contexts", "4,,8"); }) ==
+        "--contexts: '' is not an integer");
+  CHECK(message_of<attn::value_error>([&] { s.set("contexts", ""); }) ==
+        "--contexts: '' has 0 values, fewer than 1");
+  CHECK(contexts == std::vector<std::int64_t>{7});  // a refused value changes nothing
+  CHECK(message_of<attn::value_error>([&] { s.set("models", "dot,rope"); }) ==
+        "--models: 'rope' is not one of dot, additive");
+  s.set("models", "");  // no at_least: an empty list is a value
+  CHECK(models.empty());
+  s.set("models", "additive,dot");
+  CHECK(models == std::vector<std::string>{"additive", "dot"});
+
+  // One command-line word of a list: checked alone, and a ',' inside it refused.
+  CHECK(s.at("models").check_element("dot") == "");
+  CHECK(s.at("models").check_element("dot,additive") ==
+        "'dot,additive': a value of a list cannot contain ','");
+  CHECK(s.at("contexts").check_element("x") == "'x' is not an integer");
+
+  std::map<std::string, std::string> m;
+  s.save(m);
+  CHECK(m.at("train.contexts") == "7");
+  CHECK(m.at("train.models") == "additive,dot");
+
+  std::vector<std::int64_t> contexts2{8, 16};
+  std::vector<std::string> models2{"dot"};
+  Settings t;
+  t.integer_list("contexts", contexts2, "context lengths").range(1, 4096).at_least(1);
+  t.text_list("models", models2, "models to train").choices({"dot", "additive"});
+  t.resume_from(m, "c");
+  CHECK(contexts2 == std::vector<std::int64_t>{7});
+  CHECK(models2 == std::vector<std::string>{"additive", "dot"});
+  t.set("models", "dot");
+  CHECK(message_of<attn::value_error>([&] { t.resume_from(m, "c"); }) ==
+        "--models dot conflicts with the run in c, which has --models additive,dot: a resumed run "
+        "keeps its settings");
+
+  const char* argv[] = {"prog", "--contexts", "2,3", "--models=dot"};
+  std::vector<std::int64_t> contexts3;
+  std::vector<std::string> models3;
+  Settings u;
+  u.integer_list("contexts", contexts3, "context lengths");
+  u.text_list("models", models3, "models to train");
+  CHECK(u.parse_command_line(4, argv).empty());
+  CHECK(contexts3 == std::vector<std::int64_t>{2, 3});
+  CHECK(models3 == std::vector<std::string>{"dot"});
+  CHECK(u.help().find("  --contexts list of INT in [") == 0);
+}
+
+TEST_CASE("Settings lists: declaring is checked") {
+  std::vector<std::string> bad_default{"a,b"};
+  std::int64_t n = 1;
+  Settings s;
+  CHECK(message_of<attn::value_error>([&] { s.text_list("x", bad_default, "x"); }) ==
+        "Settings: --x: the default value 'a,b' contains ','");
+  CHECK(message_of<attn::value_error>([&] { s.integer("n", n, "n").at_least(1); }) ==
+        "Settings: --n is not a list and takes no count");
+}

@@ -72,6 +72,12 @@ class Setting {
     choices_ = std::move(choices);
     return *this;
   }
+  // Lists: at least `n` values.
+  Setting& at_least(std::size_t n) {
+    ATTN_CHECK(list_, value_error, "Settings: --", name_, " is not a list and takes no count");
+    min_count_ = n;
+    return *this;
+  }
   Setting& on_resume(OnResume r) {
     on_resume_ = r;
     return *this;
@@ -86,7 +92,8 @@ class Setting {
   std::string option() const { return "--" + name_; }
   const std::string& key() const { return key_; }
   const std::string& help() const { return help_; }
-  Kind kind() const { return kind_; }
+  Kind kind() const { return kind_; }  // a list's: the kind of its values
+  bool is_list() const { return list_; }
   OnResume resume_rule() const { return on_resume_; }
   const std::vector<std::string>& choice_list() const { return choices_; }
   // The value when the table was declared, and now, as text in the form the metadata holds.
@@ -99,9 +106,24 @@ class Setting {
     std::string canonical;
     return parse(input, canonical);
   }
+  // The same for one value of a list (a command-line word): a ',' in it is refused, since the
+  // list's text could not hold it.
+  std::string check_element(std::string_view input) const {
+    if (list_ && input.find(',') != input.npos)
+      return "'" + std::string(input) + "': a value of a list cannot contain ','";
+    std::string canonical;
+    return parse_one(input, canonical);
+  }
 
-  // What the help shows for the accepted values: "NUMBER in [0, 10]", "one of learned, none".
+  // What the help shows for the accepted values: "NUMBER in [0, 10]", "one of learned, none",
+  // and for a list "list of INT in [1, 64]".
   std::string value_help() const {
+    if (!list_) return element_help();
+    return choices_.empty() ? "list of " + element_help() : "list, each " + element_help();
+  }
+
+ private:
+  std::string element_help() const {
     const auto bound = [&](double v) {  // integers' bounds as integers, clamped to their type
       if (kind_ == Kind::real) return shortest_text(v);
       if (v <= -0x1p63) return std::to_string(std::numeric_limits<std::int64_t>::min());
@@ -131,7 +153,6 @@ class Setting {
     return s;
   }
 
- private:
   friend class Settings;
   using Getter = std::function<std::string()>;
   using Setter = std::function<void(const std::string&)>;  // takes a checked canonical text
@@ -159,15 +180,46 @@ class Setting {
   }
 
   // Checks `input` and writes its canonical text (what get_ would return after set_) to `out`;
-  // returns "" or the reason it is not a value of this setting.
+  // returns "" or the reason it is not a value of this setting. A list's text is its elements
+  // joined by ',' ("" for none), each checked as a value of the element kind.
   std::string parse(std::string_view input, std::string& out) const {
+    if (!list_) return parse_one(input, out);
+    std::string joined, one;
+    std::size_t count = 0;
+    for (const std::string& element : split_list(input)) {
+      const std::string why = parse_one(element, one);
+      if (!why.empty()) return why;
+      if (count++) joined += ',';
+      joined += one;
+    }
+    if (count < min_count_)
+      return "'" + std::string(input) + "' has " + std::to_string(count) + " value" +
+             (count == 1 ? "" : "s") + ", fewer than " + std::to_string(min_count_);
+    out = std::move(joined);
+    return "";
+  }
+
+  // A list's text split at ',' ("" is no element; "a,,b" has an empty one in the middle).
+  static std::vector<std::string> split_list(std::string_view text) {
+    std::vector<std::string> out;
+    if (text.empty()) return out;
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = text.find(',', start);
+      out.emplace_back(text.substr(start, comma == text.npos ? text.npos : comma - start));
+      if (comma == text.npos) return out;
+      start = comma + 1;
+    }
+  }
+
+  // parse for one value of the element kind (the whole value where the setting is no list).
+  std::string parse_one(std::string_view input, std::string& out) const {
     const std::string in(input);
     const char* begin = in.data();
     const char* end = begin + in.size();
     const auto outside = [&](double v) {
       return (lo_open_ ? !(v > lo_) : !(v >= lo_)) || !(v <= hi_);
     };
-    const auto range_text = [&] { return value_help().substr(value_help().find(" in ") + 4); };
+    const auto range_text = [&] { return element_help().substr(element_help().find(" in ") + 4); };
     switch (kind_) {
       case Kind::integer: {
         std::int64_t v = 0;
@@ -210,7 +262,7 @@ class Setting {
         if (!choices_.empty()) {
           bool found = false;
           for (const std::string& c : choices_) found = found || c == in;
-          if (!found) return "'" + in + "' is not " + value_help();
+          if (!found) return "'" + in + "' is not " + element_help();
         }
         out = in;
         return "";
@@ -229,6 +281,8 @@ class Setting {
   std::vector<std::string> choices_;
   OnResume on_resume_ = OnResume::keeps;
   bool given_ = false;
+  bool list_ = false;          // a list of values of kind_
+  std::size_t min_count_ = 0;  // a list's fewest values
 };
 
 // The table. Each declaring function binds a setting to the variable that holds its value (which
@@ -270,6 +324,26 @@ class Settings {
         std::move(name), Kind::flag, std::move(help),
         [&target] { return std::string(target ? "true" : "false"); },
         [&target](const std::string& t) { target = t == "true"; });
+  }
+
+  // Lists: the value is every element, given as one text with ',' between them ("4,8,16"; on a
+  // command line also as separate words) and saved so. Each element is checked as the scalar
+  // kind (range and choices apply to it); at_least(n) asks for n elements or more.
+  template <class Int>
+  Setting& integer_list(std::string name, std::vector<Int>& target, std::string help) {
+    static_assert(std::is_integral_v<Int> && std::is_signed_v<Int>,
+                  "Settings::integer_list: signed integers");
+    Setting& s = add_list(
+        std::move(name), Kind::integer, std::move(help), target,
+        [](Int v) { return std::to_string(v); },
+        [](const std::string& t) { return static_cast<Int>(std::stoll(t)); });
+    s.range(double(std::numeric_limits<Int>::lowest()), double(std::numeric_limits<Int>::max()));
+    return s;
+  }
+  Setting& text_list(std::string name, std::vector<std::string>& target, std::string help) {
+    return add_list(
+        std::move(name), Kind::text, std::move(help), target,
+        [](const std::string& v) { return v; }, [](const std::string& t) { return t; });
   }
 
   // The setting called `name` (without "--"); value_error when there is none.
@@ -435,6 +509,32 @@ class Settings {
     table_.push_back(
         Setting(std::move(name), kind, std::move(help), std::move(get), std::move(set)));
     return table_.back();
+  }
+
+  template <class T, class ToText, class FromText>
+  Setting& add_list(std::string name, Kind kind, std::string help, std::vector<T>& target,
+                    ToText to_text, FromText from_text) {
+    // A ',' in a default element would split it: refused, as on the command line.
+    for (const T& v : target)
+      ATTN_CHECK(to_text(v).find(',') == std::string::npos, value_error, "Settings: --", name,
+                 ": the default value '", to_text(v), "' contains ','");
+    Setting& s = add(
+        std::move(name), kind, std::move(help),
+        [&target, to_text] {
+          std::string joined;
+          for (std::size_t i = 0; i < target.size(); ++i) {
+            if (i) joined += ',';
+            joined += to_text(target[i]);
+          }
+          return joined;
+        },
+        [&target, from_text](const std::string& t) {
+          target.clear();
+          for (const std::string& element : Setting::split_list(t))
+            target.push_back(from_text(element));
+        });
+    s.list_ = true;
+    return s;
   }
 
   // "--lr 0.1 conflicts with the run in c, which has --lr 0.0006: a resumed run keeps its
