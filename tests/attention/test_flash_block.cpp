@@ -267,6 +267,27 @@ void check_against_oracle(std::uint64_t seed, const Bounds& tol) {
 
 constexpr Bounds float_bounds{2e-5, 2e-5, 2e-5, 2e-5, 2e-5};
 
+// max over every element of the inputs x of |analytic − central difference| / max(1, |analytic|),
+// loss() reading x (step 1e-6).
+template <std::size_t N, class Loss>
+double worst_finite_difference(Tensor<double> (&x)[N], const Tensor<double>* const (&analytic)[N],
+                               Loss&& loss) {
+  const double eps = 1e-6;
+  double worst = 0;
+  for (std::size_t t = 0; t < N; ++t)
+    for (index_t i = 0; i < x[t].numel(); ++i) {
+      const double x0 = x[t][i];
+      x[t][i] = x0 + eps;
+      const double up = loss();
+      x[t][i] = x0 - eps;
+      const double down = loss();
+      x[t][i] = x0;
+      const double numeric = (up - down) / (2 * eps), a = (*analytic[t])[i];
+      worst = std::max(worst, std::abs(a - numeric) / std::max({1.0, std::abs(a)}));
+    }
+  return worst;
+}
+
 // A soft cap that most scores of these problems reach (the default, 50, is far above them).
 struct Capped : score::SoftCap<score::ScaledDot> {
   Capped() { cap = 1.5; }
@@ -302,36 +323,153 @@ TEST_CASE_TEMPLATE("flash block programs in double: gradients equal finite diffe
       CAPTURE(z.Tq);
       const FlashProblem p = make_flash_problem(z, 9, false);
       const Mask m = make_device_mask<Mask>();
-      auto loss = [&](const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v) {
-        const auto o = attn::emulate_flash_forward<double>(q, k, v, score, m).out;
+      Tensor<double> x[3] = {p.q, p.k, p.v};
+      auto loss = [&] {
+        const auto o = attn::emulate_flash_forward<double>(x[0], x[1], x[2], score, m).out;
         double l = 0;
         for (index_t i = 0; i < o.numel(); ++i) l += o[i] * p.dout[i];
         return l;
       };
       const auto f = attn::emulate_flash_forward<double>(p.q, p.k, p.v, score, m);
       const auto g = attn::emulate_flash_backward<double>(p.q, p.k, p.v, f, p.dout, score, m);
-      Tensor<double> x[3] = {p.q, p.k, p.v};
-      const Tensor<double>* analytic[3] = {&g.dq, &g.dk, &g.dv};
-      const double eps = 1e-6;
-      double worst = 0;
-      for (int t = 0; t < 3; ++t)
-        for (index_t i = 0; i < x[t].numel(); ++i) {
-          const double x0 = x[t][i];
-          x[t][i] = x0 + eps;
-          const double up = loss(x[0], x[1], x[2]);
-          x[t][i] = x0 - eps;
-          const double down = loss(x[0], x[1], x[2]);
-          x[t][i] = x0;
-          const double numeric = (up - down) / (2 * eps), a = (*analytic[t])[i];
-          worst = std::max(worst, std::abs(a - numeric) / std::max({1.0, std::abs(a)}));
-        }
-      CHECK(worst < 1e-6);
+      const Tensor<double>* const analytic[3] = {&g.dq, &g.dk, &g.dv};
+      CHECK(worst_finite_difference(x, analytic, loss) < 1e-6);
     }
   };
   run(score::Dot{});
   run(score::ScaledDot{});
   run(score::NegSqEuclidean{});
   run(Capped{});
+}
+
+namespace flash_sink_tests {
+
+// One sink logit per head, of either sign and larger than most scores for some heads.
+Tensor<double> sink_logits(index_t H) {
+  Tensor<double> s(Shape{H});
+  const double values[] = {0.5, -1.0, 2.5, 0.0};
+  for (index_t h = 0; h < H; ++h) s[h] = values[h % 4];
+  return s;
+}
+
+// The sinks through the CPU's own path in double (attention_sink of the fused partial, held to
+// PyTorch by the attention tests): out, the full lse' (with the beta_q ‖q‖² term) and gradients.
+template <class Score, class Mask>
+struct SinkOracle {
+  Tensor<double> out, lse, dq, dk, dv, dsinks;
+  SinkOracle(const FlashProblem& p, const Mask& m, const Tensor<double>& sinks) {
+    attn::Attention<Score, attn::kernel::Softmax, Mask> op{Score{}, attn::kernel::Softmax{}, m};
+    attn::Tape<double> tape;
+    auto q = tape.leaf(p.q, true), k = tape.leaf(p.k, true), v = tape.leaf(p.v, true);
+    auto s = tape.leaf(sinks, true);
+    const attn::AttentionPartial<double> r = attn::attention_sink(op.partial(q, k, v), s);
+    out = r.output.value();
+    lse = r.lse.value();
+    tape.backward(sum(r.output * tape.leaf(p.dout)));
+    dq = q.grad();
+    dk = k.grad();
+    dv = v.grad();
+    dsinks = s.grad();
+  }
+};
+
+// The emulation's lse with the beta_q ‖q‖² term the block programs leave out added back.
+template <class Score>
+Tensor<double> full_lse(const Tensor<float>& lse, const Tensor<double>& q) {
+  Tensor<double> r = as<double>(lse);
+  const index_t Dh = q.shape().last();
+  for (index_t row = 0; row < r.numel(); ++row)
+    if (Score::beta_q != 0 && !std::isinf(r[row]))
+      r[row] += Score::beta_q * score::detail::dot(q.data() + row * Dh, q.data() + row * Dh, Dh);
+  return r;
+}
+
+template <class Score, class Mask>
+void check_sinks_against_cpu(std::uint64_t seed) {
+  for (const FlashSize& z : flash_sizes) {
+    CAPTURE(Score::name);
+    CAPTURE(z.Tq);
+    CAPTURE(z.Tk);
+    const FlashProblem p = make_flash_problem(z, seed, false);
+    const Mask m = make_device_mask<Mask>();
+    const Tensor<double> sinks = sink_logits(z.H);
+    const SinkOracle<Score, Mask> ref(p, m, sinks);
+    const auto q = as<float>(p.q), k = as<float>(p.k), v = as<float>(p.v), dout = as<float>(p.dout);
+    const auto sf = as<float>(sinks);
+    const auto f = attn::emulate_flash_forward<float>(q, k, v, Score{}, m, 1, &sf);
+    const auto g = attn::emulate_flash_backward<float>(q, k, v, f, dout, Score{}, m, 1, &sf);
+    const double tol = 2e-5;
+    CHECK(attn::max_abs_diff(as<double>(f.out), ref.out) < tol * magnitude(ref.out));
+    CHECK(lse_difference(full_lse<Score>(f.lse, p.q), ref.lse) < tol * magnitude(ref.lse));
+    CHECK(attn::max_abs_diff(as<double>(g.dq), ref.dq) < tol * magnitude(ref.dq));
+    CHECK(attn::max_abs_diff(as<double>(g.dk), ref.dk) < tol * magnitude(ref.dk));
+    CHECK(attn::max_abs_diff(as<double>(g.dv), ref.dv) < tol * magnitude(ref.dv));
+    REQUIRE(g.dsinks.shape() == (Shape{z.H}));
+    CHECK(attn::max_abs_diff(as<double>(g.dsinks), ref.dsinks) < tol * magnitude(ref.dsinks));
+  }
+}
+
+}  // namespace flash_sink_tests
+
+TEST_CASE_TEMPLATE("flash block programs with sinks equal attention_sink on the CPU", Mask,
+                   mask::None, mask::Causal, mask::SlidingWindow) {
+  // Causal with Tq > Tk leaves rows with no key: their output stays 0 and their lse' is σ_h.
+  using namespace flash_sink_tests;
+  check_sinks_against_cpu<score::ScaledDot, Mask>(12);
+  check_sinks_against_cpu<score::NegSqEuclidean, Mask>(12);  // the sink meets the ‖q‖² term
+  check_sinks_against_cpu<Capped, Mask>(12);
+}
+
+TEST_CASE("flash block programs with sinks in double: every gradient equals finite differences") {
+  using namespace flash_sink_tests;
+  auto run = [](auto score) {
+    using Score = decltype(score);
+    for (const FlashSize& z : {FlashSize{1, 2, 1, 9, 13, 3, 2}, FlashSize{2, 2, 1, 70, 40, 3, 2}}) {
+      CAPTURE(Score::name);
+      CAPTURE(z.Tq);
+      const FlashProblem p = make_flash_problem(z, 13, false);
+      const mask::Causal m;
+      Tensor<double> x[4] = {p.q, p.k, p.v, sink_logits(z.H)};
+      auto loss = [&] {
+        const auto o =
+            attn::emulate_flash_forward<double>(x[0], x[1], x[2], score, m, 1, &x[3]).out;
+        double l = 0;
+        for (index_t i = 0; i < o.numel(); ++i) l += o[i] * p.dout[i];
+        return l;
+      };
+      const auto f = attn::emulate_flash_forward<double>(x[0], x[1], x[2], score, m, 1, &x[3]);
+      const auto g =
+          attn::emulate_flash_backward<double>(x[0], x[1], x[2], f, p.dout, score, m, 1, &x[3]);
+      const Tensor<double>* const analytic[4] = {&g.dq, &g.dk, &g.dv, &g.dsinks};
+      CHECK(worst_finite_difference(x, analytic, loss) < 1e-6);
+    }
+  };
+  run(score::ScaledDot{});
+  run(score::NegSqEuclidean{});
+  run(Capped{});
+}
+
+TEST_CASE("flash block programs with sinks: many threads per block give the serial bits") {
+  using namespace flash_sink_tests;
+  const FlashSize z{2, 2, 1, 130, 97, 16, 8};
+  const FlashProblem p = make_flash_problem(z, 14, false);
+  const auto q = as<float>(p.q), k = as<float>(p.k), v = as<float>(p.v), dout = as<float>(p.dout);
+  const auto sf = as<float>(sink_logits(z.H));
+  const score::NegSqEuclidean s;
+  const mask::Causal m;
+  const auto f1 = attn::emulate_flash_forward<float>(q, k, v, s, m, 1, &sf);
+  const auto g1 = attn::emulate_flash_backward<float>(q, k, v, f1, dout, s, m, 1, &sf);
+  const auto f2 = attn::emulate_flash_forward<float>(q, k, v, s, m, 3, &sf);
+  const auto g2 = attn::emulate_flash_backward<float>(q, k, v, f2, dout, s, m, 3, &sf);
+  CHECK(attn::max_abs_diff(f1.out, f2.out) == 0);
+  CHECK(attn::max_abs_diff(g1.dq, g2.dq) == 0);
+  CHECK(attn::max_abs_diff(g1.dk, g2.dk) == 0);
+  CHECK(attn::max_abs_diff(g1.dv, g2.dv) == 0);
+  CHECK(attn::max_abs_diff(g1.dsinks, g2.dsinks) == 0);
+  const Tensor<float> wrong(Shape{3});
+  CHECK(message_of<attn::shape_error>([&] {
+          attn::emulate_flash_forward<float>(q, k, v, s, m, 1, &wrong);
+        }) == "flash_forward: sinks must be [2] (one logit per head), got [3]");
 }
 
 TEST_CASE("flash block programs refuse a soft cap that is not positive and finite") {

@@ -226,15 +226,17 @@ TEST_SUITE("cuda_device") {
                    "shared memory"));
   }
 
-  TEST_CASE("cuda::MultiHeadAttention forward and backward equal the CPU module") {
-    attn::MultiHeadConfig c;
-    c.d_model = 32;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.init_std = 0.2;
-    c.seed = 5;
-    using Host = attn::MultiHeadAttention<score::ScaledDot, attn::kernel::Softmax, mask::Causal>;
-    Host cpu(c), twin(c);  // the same seed: the same weights
+  using CausalHost =
+      attn::MultiHeadAttention<score::ScaledDot, attn::kernel::Softmax, mask::Causal>;
+
+  // A host module and its GPU twin built from the same configuration (the same weights, and the
+  // sink logits given): forward, dx and every parameter gradient against the CPU module.
+  void check_module_against_cpu(const attn::MultiHeadConfig& c, std::size_t parameters,
+                                const std::vector<float>& sink_logits = {}) {
+    CausalHost cpu(c), twin(c);
+    for (CausalHost* m : {&cpu, &twin})
+      for (std::size_t h = 0; h < sink_logits.size(); ++h)
+        m->sinks.value[static_cast<index_t>(h)] = sink_logits[h];
     attn::Rng rng(26);
     const auto x = Tensor<float>::randn({2, 37, 32}, rng),
                r = Tensor<float>::randn({2, 37, 32}, rng);
@@ -254,11 +256,37 @@ TEST_SUITE("cuda_device") {
         [&](const std::string&, attn::Parameter<float>& p) { want.push_back(p.grad); });
     twin.for_each_parameter(
         [&](const std::string&, attn::Parameter<float>& p) { got.push_back(p.grad); });
-    REQUIRE(want.size() == 8);
+    REQUIRE(want.size() == parameters);
     for (std::size_t i = 0; i < want.size(); ++i) {
       CAPTURE(i);
       CHECK(attn::max_abs_diff(got[i], want[i]) < 1e-4);
     }
+  }
+
+  attn::MultiHeadConfig module_config(std::uint64_t seed) {
+    attn::MultiHeadConfig c;
+    c.d_model = 32;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.init_std = 0.2;
+    c.seed = seed;
+    return c;
+  }
+
+  TEST_CASE("cuda::MultiHeadAttention forward and backward equal the CPU module") {
+    check_module_against_cpu(module_config(5), 8);
+  }
+
+  TEST_CASE("cuda::MultiHeadAttention with sinks equals the CPU module, sink gradients included") {
+    attn::MultiHeadConfig c = module_config(6);
+    c.sinks = true;
+    check_module_against_cpu(c, 9, {0.5f, -1.0f, 2.5f, 0.0f});  // the sinks are visited last
+    c.sinks = false;
+    c.position_bias = attn::LearnedPositionBias::t5;
+    const CausalHost biased(c);
+    CHECK(message_of<attn::value_error>([&] {
+            cuda::MultiHeadAttention<score::ScaledDot, mask::Causal> refused(biased);
+          }).find("learned position biases") != std::string::npos);
   }
 }
 

@@ -21,6 +21,13 @@
 // dK and dV by key tile (looping over the query heads that share the key head).
 // The beta_q ‖q‖² term of a score is the same for every key of a row and cancels in softmax (and
 // its gradient, 2 beta_q q Σ_j dS_ij, is 0), so it is left out, as in score_tiles.hpp.
+// Sinks (attention_sink in partials.hpp): head h's logit σ_h joins every row's denominator and
+// brings no value. The forward merges the state (σ_h − beta_q ‖q_i‖², 1) into each row after the
+// last tile (the shift keeps the comparison with the scores that lack the ‖q‖² term), so out and
+// lse are those of the sunk softmax and the backward's P, D and dS above stay as they are. The
+// sink's weight p_i = e^{σ_h − beta_q ‖q_i‖² − lse_i} adds dσ_h = −Σ_i p_i D_i (the dQ program
+// writes each row's term, the caller sums them per head in a fixed order) and, for a score with a
+// ‖q‖² term, dq_i += 2 beta_q q_i p_i D_i (then Σ_j dS_ij = p_i D_i is no longer 0).
 #pragma once
 
 #include <cmath>
@@ -89,6 +96,7 @@ struct ForwardArgs {
   flash_accumulator<T> alpha = 1;  // the score's alpha(Dh)
   Mask mask;
   flash_accumulator<T> soft_cap = 0;  // the score's cap (score::SoftCap), unused for the others
+  const flash_accumulator<T>* sinks = nullptr;  // [H]: each head's sink logit σ_h, or no sinks
 };
 
 template <class T, class Mask>
@@ -101,7 +109,9 @@ struct BackwardArgs {
   Geometry g;
   flash_accumulator<T> alpha = 1;
   Mask mask;
-  flash_accumulator<T> soft_cap = 0;  // as ForwardArgs
+  flash_accumulator<T> soft_cap = 0;            // as ForwardArgs
+  const flash_accumulator<T>* sinks = nullptr;  // as ForwardArgs (the forward's sinks)
+  flash_accumulator<T>* sink_terms = nullptr;   // [B, H, Tq] with sinks: −p_i D_i, written by dQ
 };
 
 // C(m, n) = Σ_{k<K} A(m, k) B(k, n) for m < M, n < N, over tiles in shared memory addressed by
@@ -179,7 +189,7 @@ struct ForwardLayout : Layout {
 };
 
 struct BackwardLayout : Layout {
-  int q, dout, k, v, s, dp, acc_q, acc_k, acc_v, lse, delta, key_norms, colsum;
+  int q, dout, k, v, s, dp, acc_q, acc_k, acc_v, lse, delta, key_norms, colsum, sink_term;
   ATTN_HOST_DEVICE explicit BackwardLayout(const Geometry& g) : Layout(g) {
     q = take(query_tile * ldq);
     dout = take(query_tile * ldv);
@@ -196,6 +206,7 @@ struct BackwardLayout : Layout {
     delta = take(query_tile);
     key_norms = take(key_tile);
     colsum = take(key_tile);
+    sink_term = take(query_tile);
   }
 };
 
@@ -225,6 +236,15 @@ ATTN_HOST_DEVICE Acc capped(Acc x, Acc cap) {
     return cap * std::tanh(x / cap);
   else
     return x;
+}
+
+// A sink's logit against the scores of a row whose ‖q‖² term is left out: σ − beta_q ‖q_i‖².
+template <ScorePolicy Score, class Acc>
+ATTN_HOST_DEVICE Acc sink_logit(Acc sigma, const Acc* q_row, int D) {
+  if constexpr (Score::beta_q != 0)
+    return sigma - static_cast<Acc>(Score::beta_q) * squared_norm<Acc>(q_row, D);
+  else
+    return sigma;
 }
 
 // S = alpha Q Kᵀ + beta_k ‖k‖² (through the soft cap of a capped score) for a [Br, Bc] tile at
@@ -321,10 +341,22 @@ ATTN_HOST_DEVICE void forward_block(const Block& blk, Acc* smem, const ForwardAr
                  });
     blk.sync();  // k, v, s and the scales are overwritten by the next tile
   }
+  if (a.sinks != nullptr) {  // the sink's part: no value, state (σ_h − beta_q ‖q_i‖², 1)
+    for (int i = blk.thread(); i < query_tile; i += blk.size()) {
+      const SoftmaxMerged<Acc> m =
+          merge(SoftmaxPartial<Acc>{row_max[i], row_sum[i]},
+                SoftmaxPartial<Acc>{sink_logit<Score>(a.sinks[h], q + i * L.ldq, Dh), Acc(1)});
+      row_max[i] = m.state.max;
+      row_sum[i] = m.state.sum;
+      scale_a[i] = m.scale_a;
+    }
+    blk.sync();
+  }
   for (int e = blk.thread(); e < br * Dv; e += blk.size()) {
     const int i = e / Dv;
-    // A row with no allowed key has l = 0 and gets o = 0 (never 0/0).
-    const Acc o = row_sum[i] == Acc(0) ? Acc(0) : acc[e] / row_sum[i];
+    // A row with no allowed key (and no sink) has l = 0 and gets o = 0 (never 0/0).
+    const Acc x = a.sinks != nullptr ? scale_a[i] * acc[e] : acc[e];
+    const Acc o = row_sum[i] == Acc(0) ? Acc(0) : x / row_sum[i];
     a.o[g.o_off(b, h, i0) + e] = element_cast<T>(o);
   }
   for (int i = blk.thread(); i < br; i += blk.size())
@@ -372,6 +404,7 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
   const index_t b = t.b, h = t.h, i0 = t.i0;
   const int br = t.rows;
   Acc *dout = smem + L.dout, *acc = smem + L.acc_q, *lse = smem + L.lse, *delta = smem + L.delta;
+  Acc* sink_term = smem + L.sink_term;
 
   load_tile(blk, smem + L.q, L.ldq, a.q + g.q_off(b, h, i0), br, query_tile, Dh);
   load_tile(blk, dout, L.ldv, a.dout + g.o_off(b, h, i0), br, query_tile, Dv);
@@ -387,6 +420,15 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
     }
     delta[i] = d;
     lse[i] = i < br ? a.lse[g.row(b, h, i0 + i)] : negative_infinity<Acc>();
+    if (a.sinks != nullptr) {  // −p_i D_i, the row's share of dσ_h
+      const Acc t =
+          i < br
+              ? -softmax_weight(sink_logit<Score>(a.sinks[h], smem + L.q + i * L.ldq, Dh), lse[i]) *
+                    d
+              : Acc(0);
+      sink_term[i] = t;
+      if (i < br) a.sink_terms[g.row(b, h, i0 + i)] = t;
+    }
   }
   for (index_t j0 = 0; j0 < g.Tk; j0 += key_tile) {
     const int bc = min_int(key_tile, g.Tk - j0);
@@ -401,8 +443,14 @@ ATTN_HOST_DEVICE void backward_dq_block(const Block& blk, Acc* smem, const Backw
     blk.sync();
   }
   blk.sync();  // the D/lse loop and the last dQ update are read below by other threads
-  for (int e = blk.thread(); e < br * Dh; e += blk.size())
-    a.dq[g.q_off(b, h, i0) + e] = element_cast<T>(a.alpha * acc[e]);
+  for (int e = blk.thread(); e < br * Dh; e += blk.size()) {
+    Acc x = a.alpha * acc[e];
+    if constexpr (Score::beta_q != 0)  // with a sink, Σ_j dS_ij = p_i D_i = −sink_term_i
+      if (a.sinks != nullptr)
+        x -= Acc(2) * static_cast<Acc>(Score::beta_q) * sink_term[e / Dh] *
+             smem[L.q + (e / Dh) * L.ldq + e % Dh];
+    a.dq[g.q_off(b, h, i0) + e] = element_cast<T>(x);
+  }
 }
 
 // One block of dK and dV: key tile `block % key_tiles` of key head `block / key_tiles`, summing

@@ -99,18 +99,35 @@ struct FlashForwardResult {
 template <class A>
 struct FlashGradients {
   Tensor<A> dq, dk, dv;  // shaped as q, k, v
+  Tensor<A> dsinks;      // [H] with sinks (summed over batches and rows in that order), else empty
 };
 
+namespace flash {
+
+// The sink logits as the block programs read them (null for none), checked against the heads.
+template <class A>
+const A* checked_sinks(const Tensor<A>* sinks, const Geometry& g, const char* op) {
+  if (sinks == nullptr) return nullptr;
+  ATTN_CHECK(sinks->shape() == (Shape{g.H}), shape_error, op, ": sinks must be [", g.H,
+             "] (one logit per head), got ", sinks->shape());
+  return sinks->data();
+}
+
+}  // namespace flash
+
 // The fused forward as the GPU runs it, for inputs stored as T (rounded from A =
-// flash_accumulator<T>), on the CPU with `threads` threads per block.
+// flash_accumulator<T>), on the CPU with `threads` threads per block; with `sinks` ([H]), the
+// softmax of every row of head h has the sink logit sinks[h] (attention_sink's result).
 template <EmulatedElement T, ScorePolicy Score = score::ScaledDot,
           DeviceMaskPolicy Mask = mask::None, class A = flash_accumulator<T>>
 FlashForwardResult<A> emulate_flash_forward(const Tensor<A>& q, const Tensor<A>& k,
                                             const Tensor<A>& v, const Score& score = {},
-                                            const Mask& mask = {}, int threads = 1) {
+                                            const Mask& mask = {}, int threads = 1,
+                                            const Tensor<A>* sinks = nullptr) {
   const flash::Geometry g =
       flash::checked_geometry(q.shape(), k.shape(), v.shape(), "flash_forward");
   mask.validate(g.B, g.Tq, g.Tk);
+  const A* sink_logits = flash::checked_sinks(sinks, g, "flash_forward");
   const std::vector<T> qs = convert_elements<T>(q), ks = convert_elements<T>(k),
                        vs = convert_elements<T>(v);
   std::vector<T> o(static_cast<std::size_t>(g.B * g.H * g.Tq * g.Dv));
@@ -124,7 +141,8 @@ FlashForwardResult<A> emulate_flash_forward(const Tensor<A>& q, const Tensor<A>&
       g,
       static_cast<A>(score.alpha(g.Dh)),
       mask,
-      static_cast<A>(detail::soft_cap_of(score, "flash_forward"))};
+      static_cast<A>(detail::soft_cap_of(score, "flash_forward")),
+      sink_logits};
   flash::run_grid_on_host<A>(g.forward_blocks(), flash::forward_smem_size(g), threads,
                              [&](const flash::HostBlock& blk, A* smem, index_t block) {
                                flash::forward_block<Score>(blk, smem, args, block);
@@ -134,16 +152,20 @@ FlashForwardResult<A> emulate_flash_forward(const Tensor<A>& q, const Tensor<A>&
 }
 
 // The fused backward as the GPU runs it: the dQ program over all query tiles, then the dK/dV
-// program over all key tiles. `forward` is what emulate_flash_forward returned; dout is ∂L/∂out.
+// program over all key tiles. `forward` is what emulate_flash_forward returned (with the same
+// `sinks`); dout is ∂L/∂out. With sinks, dsinks[h] sums the dQ program's row terms of head h over
+// the batches and rows in order, as the CUDA backward does.
 template <EmulatedElement T, ScorePolicy Score = score::ScaledDot,
           DeviceMaskPolicy Mask = mask::None, class A = flash_accumulator<T>>
 FlashGradients<A> emulate_flash_backward(const Tensor<A>& q, const Tensor<A>& k, const Tensor<A>& v,
                                          const FlashForwardResult<A>& forward,
                                          const Tensor<A>& dout, const Score& score = {},
-                                         const Mask& mask = {}, int threads = 1) {
+                                         const Mask& mask = {}, int threads = 1,
+                                         const Tensor<A>* sinks = nullptr) {
   const flash::Geometry g =
       flash::checked_geometry(q.shape(), k.shape(), v.shape(), "flash_backward");
   mask.validate(g.B, g.Tq, g.Tk);
+  const A* sink_logits = flash::checked_sinks(sinks, g, "flash_backward");
   const Shape o_shape{g.B, g.H, g.Tq, g.Dv};
   ATTN_CHECK(forward.out.shape() == o_shape && dout.shape() == o_shape &&
                  forward.lse.shape() == (Shape{g.B, g.H, g.Tq}),
@@ -154,6 +176,7 @@ FlashGradients<A> emulate_flash_backward(const Tensor<A>& q, const Tensor<A>& k,
                        dos = convert_elements<T>(dout);
   std::vector<T> dq(qs.size()), dk(ks.size()), dv(vs.size());
   std::vector<A> delta(static_cast<std::size_t>(g.B * g.H * g.Tq));
+  std::vector<A> sink_terms(sink_logits ? delta.size() : 0);
   const flash::BackwardArgs<T, Mask> args{
       qs.data(),
       ks.data(),
@@ -168,7 +191,9 @@ FlashGradients<A> emulate_flash_backward(const Tensor<A>& q, const Tensor<A>& k,
       g,
       static_cast<A>(score.alpha(g.Dh)),
       mask,
-      static_cast<A>(detail::soft_cap_of(score, "flash_backward"))};
+      static_cast<A>(detail::soft_cap_of(score, "flash_backward")),
+      sink_logits,
+      sink_logits ? sink_terms.data() : nullptr};
   const int smem = flash::backward_smem_size(g);
   flash::run_grid_on_host<A>(g.forward_blocks(), smem, threads,
                              [&](const flash::HostBlock& blk, A* s, index_t block) {
@@ -178,8 +203,19 @@ FlashGradients<A> emulate_flash_backward(const Tensor<A>& q, const Tensor<A>& k,
                              [&](const flash::HostBlock& blk, A* s, index_t block) {
                                flash::backward_dkv_block<Score>(blk, s, args, block);
                              });
-  return {convert_elements<A>(dq, q.shape()), convert_elements<A>(dk, k.shape()),
-          convert_elements<A>(dv, v.shape())};
+  FlashGradients<A> r{convert_elements<A>(dq, q.shape()), convert_elements<A>(dk, k.shape()),
+                      convert_elements<A>(dv, v.shape()), Tensor<A>()};
+  if (sink_logits) {
+    r.dsinks = Tensor<A>(Shape{g.H});
+    for (index_t h = 0; h < g.H; ++h) {
+      A sum = 0;
+      for (index_t b = 0; b < g.B; ++b)
+        for (index_t i = 0; i < g.Tq; ++i)
+          sum += sink_terms[static_cast<std::size_t>(g.row(b, h, i))];
+      r.dsinks[h] = sum;
+    }
+  }
+  return r;
 }
 
 }  // namespace attn

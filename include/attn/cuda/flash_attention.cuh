@@ -8,7 +8,9 @@
 //
 // Shapes: q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv] -> out [B, H, Tq, Dv] and
 // lse [B, H, Tq] (float); Hk divides H (grouped-query). Elements float or attn::bf16 (bf16 is
-// loaded, widened to float, computed in float and rounded once when stored).
+// loaded, widened to float, computed in float and rounded once when stored). Optional sinks
+// [H] (float): head h's logit joins every row's softmax and brings no value (attention_sink);
+// the backward then gives their gradient too, summed per head in a fixed order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,9 +57,38 @@ __global__ void __launch_bounds__(flash::block_threads)
                                    static_cast<index_t>(blockIdx.x));
 }
 
+// dsinks[h] = Σ_{b,i} terms[b, h, i]: one block per head, each thread summing a fixed stride of
+// the rows in order, then a tree over the threads (blockDim.x a power of two): the same bits on
+// every run.
+template <class Unused = void>
+__global__ void __launch_bounds__(flash::block_threads)
+    sum_sink_terms(const float* terms, index_t B, index_t H, index_t Tq, float* dsinks) {
+  __shared__ float part[flash::block_threads];
+  const index_t h = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  float sum = 0;
+  for (index_t r = t; r < B * Tq; r += blockDim.x) sum += terms[((r / Tq) * H + h) * Tq + r % Tq];
+  part[t] = sum;
+  __syncthreads();
+  for (int w = static_cast<int>(blockDim.x) / 2; w > 0; w /= 2) {
+    if (t < w) part[t] += part[t + w];
+    __syncthreads();
+  }
+  if (t == 0) dsinks[h] = part[0];
+}
+
 }  // namespace kernels
 
 namespace detail {
+
+// The sink logits as the kernels read them (null for none), checked against the heads.
+inline const float* sink_pointer(const DeviceTensor<float>* sinks, const flash::Geometry& g,
+                                 const char* op) {
+  if (sinks == nullptr) return nullptr;
+  ATTN_CHECK(sinks->shape() == (Shape{g.H}), shape_error, op, ": sinks must be [", g.H,
+             "] (one logit per head), got ", sinks->shape());
+  return sinks->data();
+}
 
 // Launches `kernel` on `blocks` blocks of flash::block_threads threads with `floats` floats of
 // dynamic shared memory, after checking that the current device allows that much per block
@@ -91,16 +122,24 @@ void launch_flash_forward(const flash::ForwardArgs<T, Mask>& args, cudaStream_t 
                        flash::forward_smem_size(args.g), args, stream, "cuda::flash_attention");
 }
 
-// Launches the backward: the dQ kernel (which also writes args.delta), then the dK/dV kernel,
-// in that order on `stream`.
+// Launches the backward: the dQ kernel (which also writes args.delta, and args.sink_terms with
+// sinks), then the dK/dV kernel, in that order on `stream`; with sinks, then the per-head sum of
+// the sink terms into `dsinks` [H].
 template <ScorePolicy Score, FlashElement T, DeviceMaskPolicy Mask>
-void launch_flash_backward(const flash::BackwardArgs<T, Mask>& args,
-                           cudaStream_t stream = nullptr) {
+void launch_flash_backward(const flash::BackwardArgs<T, Mask>& args, cudaStream_t stream = nullptr,
+                           float* dsinks = nullptr) {
   const int smem = flash::backward_smem_size(args.g);
   detail::launch_flash(kernels::flash_backward_dq<Score, T, Mask>, args.g.forward_blocks(), smem,
                        args, stream, "cuda::flash_attention_backward");
   detail::launch_flash(kernels::flash_backward_dkv<Score, T, Mask>, args.g.key_blocks(), smem, args,
                        stream, "cuda::flash_attention_backward");
+  if (args.sinks != nullptr && args.g.H > 0) {
+    ATTN_CHECK(dsinks != nullptr && args.sink_terms != nullptr, value_error,
+               "cuda::flash_attention_backward: sinks need sink_terms and dsinks");
+    kernels::sum_sink_terms<<<static_cast<unsigned>(args.g.H), flash::block_threads, 0, stream>>>(
+        args.sink_terms, args.g.B, args.g.H, args.g.Tq, dsinks);
+    ATTN_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 template <class T>
@@ -111,18 +150,22 @@ struct DeviceAttention {
 
 template <class T>
 struct DeviceAttentionGradients {
-  DeviceTensor<T> dq, dk, dv;  // shaped as q, k, v; overwritten by each backward
-  DeviceTensor<float> delta;   // [B, H, Tq] scratch: D_i = Σ_d dO_id O_id
+  DeviceTensor<T> dq, dk, dv;      // shaped as q, k, v; overwritten by each backward
+  DeviceTensor<float> delta;       // [B, H, Tq] scratch: D_i = Σ_d dO_id O_id
+  DeviceTensor<float> sink_terms;  // [B, H, Tq] scratch with sinks: each row's share of dsinks
+  DeviceTensor<float> dsinks;      // [H] with sinks, overwritten by each backward; else empty
 };
 
-// out = softmax attention of q, k, v into `result` (resized when needed, else reused).
+// out = softmax attention of q, k, v into `result` (resized when needed, else reused); with
+// `sinks` ([H]), the softmax of every row of head h has the sink logit sinks[h].
 template <ScorePolicy Score = score::ScaledDot, DeviceMaskPolicy Mask = mask::None, FlashElement T>
 void flash_attention(const DeviceTensor<T>& q, const DeviceTensor<T>& k, const DeviceTensor<T>& v,
                      DeviceAttention<T>& result, const Score& score = {}, const Mask& mask = {},
-                     cudaStream_t stream = nullptr) {
+                     cudaStream_t stream = nullptr, const DeviceTensor<float>* sinks = nullptr) {
   const flash::Geometry g =
       flash::checked_geometry(q.shape(), k.shape(), v.shape(), "cuda::flash_attention");
   mask.validate(g.B, g.Tq, g.Tk);
+  const float* sink_logits = detail::sink_pointer(sinks, g, "cuda::flash_attention");
   result.out.resize(Shape{g.B, g.H, g.Tq, g.Dv});
   result.lse.resize(Shape{g.B, g.H, g.Tq});
   const flash::ForwardArgs<T, Mask> args{
@@ -134,29 +177,34 @@ void flash_attention(const DeviceTensor<T>& q, const DeviceTensor<T>& k, const D
       g,
       static_cast<float>(score.alpha(g.Dh)),
       mask,
-      static_cast<float>(attn::detail::soft_cap_of(score, "cuda::flash_attention"))};
+      static_cast<float>(attn::detail::soft_cap_of(score, "cuda::flash_attention")),
+      sink_logits};
   launch_flash_forward<Score>(args, stream);
 }
 
 template <ScorePolicy Score = score::ScaledDot, DeviceMaskPolicy Mask = mask::None, FlashElement T>
 DeviceAttention<T> flash_attention(const DeviceTensor<T>& q, const DeviceTensor<T>& k,
                                    const DeviceTensor<T>& v, const Score& score = {},
-                                   const Mask& mask = {}, cudaStream_t stream = nullptr) {
+                                   const Mask& mask = {}, cudaStream_t stream = nullptr,
+                                   const DeviceTensor<float>* sinks = nullptr) {
   DeviceAttention<T> r;
-  flash_attention(q, k, v, r, score, mask, stream);
+  flash_attention(q, k, v, r, score, mask, stream, sinks);
   return r;
 }
 
-// Gradients of q, k, v given dout = ∂L/∂out and the forward's result, into `grads`.
+// Gradients of q, k, v (and of the sinks, when the forward had them: pass the same `sinks`)
+// given dout = ∂L/∂out and the forward's result, into `grads`.
 template <ScorePolicy Score = score::ScaledDot, DeviceMaskPolicy Mask = mask::None, FlashElement T>
 void flash_attention_backward(const DeviceTensor<T>& q, const DeviceTensor<T>& k,
                               const DeviceTensor<T>& v, const DeviceAttention<T>& forward,
                               const DeviceTensor<T>& dout, DeviceAttentionGradients<T>& grads,
                               const Score& score = {}, const Mask& mask = {},
-                              cudaStream_t stream = nullptr) {
+                              cudaStream_t stream = nullptr,
+                              const DeviceTensor<float>* sinks = nullptr) {
   const char* op = "cuda::flash_attention_backward";
   const flash::Geometry g = flash::checked_geometry(q.shape(), k.shape(), v.shape(), op);
   mask.validate(g.B, g.Tq, g.Tk);
+  const float* sink_logits = detail::sink_pointer(sinks, g, op);
   const Shape o_shape{g.B, g.H, g.Tq, g.Dv};
   ATTN_CHECK(forward.out.shape() == o_shape && dout.shape() == o_shape &&
                  forward.lse.shape() == (Shape{g.B, g.H, g.Tq}),
@@ -166,6 +214,8 @@ void flash_attention_backward(const DeviceTensor<T>& q, const DeviceTensor<T>& k
   grads.dk.resize(k.shape());
   grads.dv.resize(v.shape());
   grads.delta.resize(Shape{g.B, g.H, g.Tq});
+  grads.sink_terms.resize(Shape{sink_logits ? g.B * g.H * g.Tq : 0});
+  grads.dsinks.resize(Shape{sink_logits ? g.H : 0});
   const flash::BackwardArgs<T, Mask> args{q.data(),
                                           k.data(),
                                           v.data(),
@@ -179,17 +229,20 @@ void flash_attention_backward(const DeviceTensor<T>& q, const DeviceTensor<T>& k
                                           g,
                                           static_cast<float>(score.alpha(g.Dh)),
                                           mask,
-                                          static_cast<float>(attn::detail::soft_cap_of(score, op))};
-  launch_flash_backward<Score>(args, stream);
+                                          static_cast<float>(attn::detail::soft_cap_of(score, op)),
+                                          sink_logits,
+                                          sink_logits ? grads.sink_terms.data() : nullptr};
+  launch_flash_backward<Score>(args, stream, sink_logits ? grads.dsinks.data() : nullptr);
 }
 
 template <ScorePolicy Score = score::ScaledDot, DeviceMaskPolicy Mask = mask::None, FlashElement T>
 DeviceAttentionGradients<T> flash_attention_backward(
     const DeviceTensor<T>& q, const DeviceTensor<T>& k, const DeviceTensor<T>& v,
     const DeviceAttention<T>& forward, const DeviceTensor<T>& dout, const Score& score = {},
-    const Mask& mask = {}, cudaStream_t stream = nullptr) {
+    const Mask& mask = {}, cudaStream_t stream = nullptr,
+    const DeviceTensor<float>* sinks = nullptr) {
   DeviceAttentionGradients<T> grads;
-  flash_attention_backward(q, k, v, forward, dout, grads, score, mask, stream);
+  flash_attention_backward(q, k, v, forward, dout, grads, score, mask, stream, sinks);
   return grads;
 }
 

@@ -4,8 +4,10 @@
 // and the fused kernels of flash_attention.cuh in between. It is built from a host module, whose
 // weights it copies; gradients go back into the host module's Parameters, so the host optimizers
 // train it (upload() after each step).
-// Does not do cross-attention, a key/value cache, tied projections or dropout, and keeps one
-// forward's activations at a time (backward() follows the forward it differentiates).
+// With config.sinks the sink logits (the host module's `sinks`) are uploaded and trained like the
+// weights. Does not do cross-attention, a key/value cache, tied projections, dropout or learned
+// position biases (config.position_bias: refused), and keeps one forward's activations at a time
+// (backward() follows the forward it differentiates).
 //
 //   y = (attention(x W_qᵀ + b_q, x W_kᵀ + b_k, x W_vᵀ + b_v) merged over heads) W_oᵀ + b_o
 #pragma once
@@ -88,10 +90,18 @@ class MultiHeadAttention {
         kv_heads_(host.kv_heads()),
         head_dim_(host.head_dim()),
         bias_(host.config().bias),
+        sinks_on_(host.config().sinks),
         score_(host.score) {
     ATTN_CHECK(host.config().dropout == 0, value_error,
                "cuda::MultiHeadAttention: dropout on the attention weights (config.dropout = ",
                host.config().dropout, ") is not implemented on the GPU");
+    ATTN_CHECK(host.config().position_bias == LearnedPositionBias::none, value_error,
+               "cuda::MultiHeadAttention: learned position biases (config.position_bias) run on "
+               "the CPU paths only");
+    if (sinks_on_) {
+      sinks_ = DeviceTensor<float>(Shape{heads_});
+      gsinks_ = DeviceTensor<float>(Shape{heads_});
+    }
     for (Projection* p : {&q_, &k_, &v_, &o_}) {
       const index_t out = p == &k_ || p == &v_ ? kv_heads_ * head_dim_ : d_model_;
       p->w = DeviceTensor<float>(Shape{out, d_model_});
@@ -119,6 +129,13 @@ class MultiHeadAttention {
     put(k_, host.k_proj, "k_proj");
     put(v_, host.v_proj, "v_proj");
     put(o_, host.out_proj, "out_proj");
+    if (sinks_on_) {
+      ATTN_CHECK(host.sinks.value.shape() == sinks_.shape(), shape_error,
+                 "cuda::MultiHeadAttention::upload: sinks is ", host.sinks.value.shape(),
+                 ", expected ", sinks_.shape());
+      sinks_.buffer().copy_from_host(host.sinks.value.data(),
+                                     static_cast<std::size_t>(sinks_.numel()));
+    }
   }
 
   void zero_grad() {
@@ -126,6 +143,7 @@ class MultiHeadAttention {
       p->gw.buffer().zero();
       p->gb.buffer().zero();
     }
+    if (sinks_on_) gsinks_.buffer().zero();
   }
 
   // Adds the gradients accumulated on the device into the host module's Parameter grads.
@@ -142,6 +160,10 @@ class MultiHeadAttention {
     add(k_, host.k_proj);
     add(v_, host.v_proj);
     add(o_, host.out_proj);
+    if (sinks_on_) {
+      const Tensor<float> h = to_host(gsinks_);
+      for (index_t i = 0; i < h.numel(); ++i) host.sinks.grad[i] += h[i];
+    }
   }
 
   // Self-attention: x [B, T, D] -> y [B, T, D]. Keeps what backward() needs.
@@ -159,7 +181,7 @@ class MultiHeadAttention {
     project(q_, x_, heads_, q_rows_, q_heads_);
     project(k_, x_, kv_heads_, k_rows_, k_heads_);
     project(v_, x_, kv_heads_, v_rows_, v_heads_);
-    flash_attention(q_heads_, k_heads_, v_heads_, attention_, score_, mask_);
+    flash_attention(q_heads_, k_heads_, v_heads_, attention_, score_, mask_, nullptr, sinks());
     merged_.resize(Shape{B, T, d_model_});
     permute(attention_.out, merged_, HeadLayout{B, T, heads_, head_dim_}, false);
     DeviceTensor<float> y(Shape{B, T, d_model_});
@@ -179,7 +201,12 @@ class MultiHeadAttention {
     d_heads_.resize(attention_.out.shape());
     permute(d_merged, d_heads_, HeadLayout{B, T, heads_, head_dim_}, true);
     flash_attention_backward(q_heads_, k_heads_, v_heads_, attention_, d_heads_, grads_, score_,
-                             mask_);
+                             mask_, nullptr, sinks());
+    if (sinks_on_) {  // gsinks += this backward's dsinks
+      kernels::add_bias<<<1, detail::elementwise_threads>>>(gsinks_.data(), grads_.dsinks.data(),
+                                                            index_t(1), heads_);
+      ATTN_CUDA_CHECK(cudaGetLastError());
+    }
     DeviceTensor<float> dx(x_.shape());
     // x feeds three projections: dx = dq_rows W_q + dk_rows W_k + dv_rows W_v.
     float beta = 0.0f;
@@ -198,6 +225,8 @@ class MultiHeadAttention {
   struct Projection {
     DeviceTensor<float> w, b, gw, gb;  // W [out, in] (PyTorch's layout), b [out]; and gradients
   };
+
+  const DeviceTensor<float>* sinks() const { return sinks_on_ ? &sinks_ : nullptr; }
 
   // y [rows, out] = x [rows, in] Wᵀ + b
   void linear(const Projection& p, const DeviceTensor<float>& x, DeviceTensor<float>& y) {
@@ -259,11 +288,12 @@ class MultiHeadAttention {
   }
 
   index_t d_model_, heads_, kv_heads_, head_dim_;
-  bool bias_;
+  bool bias_, sinks_on_;
   Score score_;
   Mask mask_{};
   CublasHandle blas_;
   Projection q_, k_, v_, o_;
+  DeviceTensor<float> sinks_, gsinks_;  // [H] with config.sinks: the logits and their gradient
   // The last forward's activations, and backward's scratch.
   DeviceTensor<float> x_, q_rows_, k_rows_, v_rows_, q_heads_, k_heads_, v_heads_, merged_;
   DeviceAttention<float> attention_;
