@@ -14,6 +14,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../test_util.hpp"
@@ -190,6 +191,130 @@ TEST_CASE(
     const approx::HeadValues<double> sv(skew.v.data(), L, d);
     CHECK(approx::value_aware_1(skew.weights(), sv).index[0] == argmax);
   }
+}
+
+namespace kernel_skew {
+
+// α_i = κ(s_i) / Σ_j κ(s_j) for a kernel policy's value function.
+template <class Kernel>
+std::vector<double> kernel_weights(const Kernel& kappa, const std::vector<double>& scores) {
+  std::vector<double> a(scores.size());
+  double z = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) z += (a[i] = kappa.value(scores[i]));
+  for (double& x : a) x /= z;
+  return a;
+}
+
+double max_weight(const std::vector<double>& a) {
+  return *std::max_element(a.begin(), a.end());
+}
+index_t arg_max(const std::vector<double>& a) {
+  return index_t(std::max_element(a.begin(), a.end()) - a.begin());
+}
+
+// L orthogonal values with the given norms (rows of a random orthonormal basis, scaled).
+Tensor<double> orthogonal_values(const std::vector<double>& norms, index_t d, Rng& rng) {
+  const auto L = index_t(norms.size());
+  const Eigen::MatrixXd g = Eigen::MatrixXd::NullaryExpr(d, L, [&] { return rng.normal(); });
+  const Eigen::MatrixXd basis =
+      Eigen::HouseholderQR<Eigen::MatrixXd>(g).householderQ() * Eigen::MatrixXd::Identity(d, L);
+  Tensor<double> v({L, d});
+  for (index_t i = 0; i < L; ++i)
+    for (index_t k = 0; k < d; ++k) v(i, k) = norms[std::size_t(i)] * basis(k, i);
+  return v;
+}
+
+index_t value_aware_choice(const std::vector<double>& alpha, const Tensor<double>& v) {
+  const approx::HeadValues<double> hv(v.data(), v.shape()[0], v.shape()[1]);
+  return approx::value_aware_1(std::span<const double>(alpha), hv).index[0];
+}
+
+// The degree-C polynomial kernel's weights for C = 1, 2, 3, 4, 8, 16, 32, 64 (attn's
+// kernel::Polynomial<C>), in that order.
+template <int... C>
+std::vector<std::vector<double>> polynomial_weights(const std::vector<double>& scores,
+                                                    std::integer_sequence<int, C...>) {
+  return {kernel_weights(attn::kernel::Polynomial<C>{}, scores)...};
+}
+using Degrees = std::integer_sequence<int, 1, 2, 3, 4, 8, 16, 32, 64>;
+
+}  // namespace kernel_skew
+
+// "Value-aware Approximate Attention" (Gupta and Berant), on the choice of kernel: with
+// orthogonal values the best single value is argmin_i ‖v_i‖²(½ − α_i). A degree-C polynomial
+// kernel gives α_i = s_i^C / Σ_j s_j^C: at C = 0 uniform, so the choice is the shortest value,
+// set by the values alone; as C grows (distinct positive scores) max α reaches ½ and the choice
+// is argmax α, which ignores the values. The exponential is "more skewed" than a low-degree
+// polynomial; exactly, for scores all at least C every ratio α_i / α_j (s_i > s_j) is larger under
+// e^s than under s^C, since e^δ ≥ (1 + δ/C)^C ≥ (s_i / s_j)^C for δ = s_i − s_j and s_j ≥ C, so e^s
+// also puts more weight on its top key. Below C the order can turn: no kernel is the most skewed
+// for every set of scores.
+TEST_CASE("kernel skew: degree 0 is uniform, high degrees reach argmax, e^s beats s^C above C") {
+  using namespace kernel_skew;
+  Rng rng(31);
+  int differs_at_zero = 0, differs_at_one = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    const index_t L = 3 + index_t(rng.uniform_int(30)), d = L + 2;
+    INFO("trial " << trial << ", L = " << L);
+    // Distinct positive scores (inner products), the largest at least 10 % above the next.
+    std::vector<double> scores(static_cast<std::size_t>(L));
+    for (double& x : scores) x = rng.uniform(0.5, 3.0);
+    std::sort(scores.begin(), scores.end());
+    for (std::size_t i = 1; i < scores.size(); ++i)
+      scores[i] = std::max(scores[i], 1.01 * scores[i - 1]);
+    scores.back() = 1.1 * scores[scores.size() - 2];
+    attn::shuffle(std::span<double>(scores), rng);  // the top key anywhere
+    std::vector<double> norms(static_cast<std::size_t>(L));
+    for (double& n : norms) n = rng.uniform(0.1, 10);
+    const Tensor<double> v = orthogonal_values(norms, d, rng);
+    const index_t shortest = index_t(std::min_element(norms.begin(), norms.end()) - norms.begin());
+
+    // C = 0: uniform weights, and the value-aware choice is the shortest value, whatever the
+    // scores; the value-oblivious one (top-1, ties to the lowest index) is key 0.
+    const std::vector<double> uniform(static_cast<std::size_t>(L), 1.0 / double(L));
+    CHECK(value_aware_choice(uniform, v) == shortest);
+    differs_at_zero += shortest != approx::top_r(std::span<const double>(uniform), 1).index[0];
+
+    // C growing: the top weight never falls, and from the degree at which it reaches ½ on the
+    // value-aware choice is argmax α for these values of unequal norms.
+    const auto by_degree = polynomial_weights(scores, Degrees{});
+    for (std::size_t c = 1; c < by_degree.size(); ++c)
+      CHECK(max_weight(by_degree[c]) >= max_weight(by_degree[c - 1]) - 1e-15);
+    CHECK(max_weight(by_degree.back()) >= 0.5);  // 1.1^64 > 400 > L
+    for (const std::vector<double>& a : by_degree)
+      if (max_weight(a) >= 0.5) CHECK(value_aware_choice(a, v) == arg_max(a));
+    // The control: at C = 1 the top weight is below ½ and values can decide. With the top key's
+    // value 10 times longer than the rest, the value-aware choice is not argmax α.
+    const std::vector<double>& linear = by_degree.front();
+    REQUIRE(max_weight(linear) < 0.5);
+    std::vector<double> long_top(static_cast<std::size_t>(L), 1.0);
+    long_top[std::size_t(arg_max(linear))] = 10.0;
+    const Tensor<double> w = orthogonal_values(long_top, d, rng);
+    differs_at_one += value_aware_choice(linear, w) != arg_max(linear);
+  }
+  CHECK(differs_at_zero > 75);  // the shortest of 3 to 32 random norms is key 0 about 1 in 12
+  CHECK(differs_at_one == 100);
+
+  // e^s against s^C for scores all at least C: every pairwise ratio, and so the top weight.
+  for (int trial = 0; trial < 200; ++trial) {
+    const int C = trial % 2 == 0 ? 2 : 8;
+    const index_t L = 2 + index_t(rng.uniform_int(40));
+    std::vector<double> scores(static_cast<std::size_t>(L));
+    for (double& x : scores) x = C + rng.uniform(0, 5);
+    const std::vector<double> e = kernel_weights(attn::kernel::Softmax{}, scores);
+    const std::vector<double> p = C == 2 ? kernel_weights(attn::kernel::Polynomial<2>{}, scores)
+                                         : kernel_weights(attn::kernel::Polynomial<8>{}, scores);
+    INFO("trial " << trial << ", C = " << C);
+    for (std::size_t i = 0; i < scores.size(); ++i)
+      for (std::size_t j = 0; j < scores.size(); ++j)
+        if (scores[i] > scores[j]) CHECK(e[i] / e[j] >= p[i] / p[j] * (1 - 1e-12));
+    CHECK(max_weight(e) >= max_weight(p) * (1 - 1e-12));
+  }
+  // The control: below C the polynomial can be the more skewed (scores 1 and 2, C = 8: 256 to 1
+  // against e to 1), so "the exponential is the most skewed" needs the condition.
+  const std::vector<double> low{1.0, 2.0};
+  CHECK(max_weight(kernel_weights(attn::kernel::Polynomial<8>{}, low)) >
+        max_weight(kernel_weights(attn::kernel::Softmax{}, low)) + 0.2);
 }
 
 TEST_CASE("caratheodory: at most d + 1 values, the same output, on random inputs up to L = 4096") {
