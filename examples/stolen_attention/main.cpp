@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/cli.hpp"
@@ -256,7 +257,7 @@ int run(const Options& o) {
   io::write_file_atomically(out / "summary.csv", summary);
 
   // Plots: vertex proportion vs context; per token, the largest weight received as a vertex and as
-  // an interior key (each sorted, largest first); mean angle variance vs mean norm variance.
+  // an interior key (tokens ranked by the first); mean angle variance vs mean norm variance.
   const std::vector<std::string> colors{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
                                         "#9467bd", "#8c564b", "#e377c2"};
   std::vector<plot::Curve> prop, weight, spread;
@@ -270,24 +271,29 @@ int run(const Options& o) {
       s.y.push_back(sum.angle_var / double(sum.queries));
     }
     prop.push_back(p), spread.push_back(s);
-    plot::Curve v{r.name + " vertex", color, {}, {}}, in{r.name + " interior", color, {}, {}};
-    for (const auto& [id, t] : r.stats.tokens) {
-      if (!std::isnan(t.max_weight_vertex)) v.y.push_back(t.max_weight_vertex);
-      if (!std::isnan(t.max_weight_interior)) in.y.push_back(t.max_weight_interior);
+    // One x per token, ranked by its largest weight as a vertex (largest first; tokens never a
+    // vertex last): a token's vertex and interior points share their x, so the figure pairs them.
+    std::vector<std::pair<double, double>> pairs;  // (vertex, interior), NaN where never
+    for (const auto& [id, t] : r.stats.tokens)
+      pairs.emplace_back(t.max_weight_vertex, t.max_weight_interior);
+    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) {
+      return !std::isnan(a.first) && (std::isnan(b.first) || a.first > b.first);
+    });
+    plot::Curve v{r.name + " vertex", color, {}, {}}, in{r.name + " interior", "#999999", {}, {}};
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      if (!std::isnan(pairs[i].first)) v.x.push_back(double(i + 1)), v.y.push_back(pairs[i].first);
+      if (!std::isnan(pairs[i].second))
+        in.x.push_back(double(i + 1)), in.y.push_back(pairs[i].second);
     }
-    for (plot::Curve* c : {&v, &in}) {
-      std::sort(c->y.begin(), c->y.end(), std::greater<>());
-      for (std::size_t i = 0; i < c->y.size(); ++i) c->x.push_back(double(i + 1));
-    }
-    in.color = "#999999";
     weight.push_back(v);
     if (!in.y.empty()) weight.push_back(in);
   }
   plot::write_svg(out / "vertex_proportion.svg", "share of keys that are hull vertices",
                   "context length (keys)", "vertex proportion", prop);
   plot::write_svg(out / "max_weight_per_token.svg",
-                  "largest weight per token: as a vertex (colour) / interior (grey)", "token rank",
-                  "max attention weight", weight);
+                  "largest weight per token: as a vertex (colour) / interior (grey)",
+                  "token, ranked by its largest weight as a vertex", "max attention weight",
+                  weight);
   plot::write_svg(out / "angle_vs_norm_variance.svg",
                   "query-key angle variance vs key norm variance (one point per context)",
                   "mean key norm variance", "mean angle variance (rad^2)", spread);
