@@ -213,6 +213,7 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
   std::string csv = "model,method,r,mean_keys,loss,perplexity,relative_error,seconds\n";
   for (const approx::Approximation& a : methods) {
     approx::ErrorTally tally;
+    tally.first_position = block / 2;  // the scored queries only (make_windows)
     if constexpr (has_probe)
       for (index_t l = 0; l < n_layers; ++l) {
         auto& attention = model.blocks[std::size_t(l)].attn;
@@ -225,7 +226,10 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
     const double loss = mean_loss(model, windows);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double keys = a.method == approx::Method::exact ? double(block) : tally.mean_keys();
+    // Exact causal attention: query i of a window sees i + 1 keys; the scored ones are T/2 … T − 1.
+    const double keys = a.method == approx::Method::exact
+                            ? (double(block / 2 + 1) + double(block)) / 2
+                            : tally.mean_keys();
     std::printf("%-22s %8.1f %9.4f %11.3f %10.2e %8.1f\n", a.name().c_str(), keys, loss,
                 std::exp(loss), tally.relative_error(), secs);
     std::fflush(stdout);

@@ -226,6 +226,17 @@ TEST_CASE("the evaluation probe: each method against its definition, inside Mult
   CHECK(attn::max_abs_diff(y_ovo, exact) > 1e-3);
   CHECK(ova.squared_error < ovo.squared_error);
   CHECK(ovo.mean_keys() == 1);
+  // A tally from position 6 on counts the last 6 queries of each head's 12: a causal window of 4
+  // keys then has all 4 everywhere (over every row, the first 3 have fewer: 1, 2, 3).
+  approx::ErrorTally all_rows, later;
+  later.first_position = 6;
+  run({approx::Method::sliding_window, 4}, &all_rows);
+  run({approx::Method::sliding_window, 4}, &later);
+  CHECK(all_rows.rows == 2 * 2 * 12);
+  CHECK(later.rows == 2 * 2 * 6);
+  CHECK(later.mean_keys() == 4);
+  CHECK(all_rows.mean_keys() == doctest::Approx((1 + 2 + 3 + 4 * 9) / 12.0));
+  CHECK(later.squared_norm < all_rows.squared_norm);
   // Per row, the module's heads are exactly what the per-query functions give on its weights.
   const index_t T = 12, Dh = 8;
   for (const auto& a : {approx::Approximation{approx::Method::top_r, 3},

@@ -64,8 +64,12 @@ struct Approximation {
 };
 
 // What a probe replaced: Σ over rows of ‖õ − o‖², of ‖o‖², and of the keys each row used (0 for
-// random features, which use every key through features). Accumulated over calls.
+// random features, which use every key through features). Accumulated over calls. Rows of query
+// positions below `first_position` are replaced but not counted: an evaluation that scores only
+// the later positions of a window sets it, so that the keys and errors are those of the scored
+// queries (the first positions of a causal window have fewer keys than most approximations keep).
 struct ErrorTally {
+  index_t first_position = 0;
   double squared_error = 0;
   double squared_norm = 0;
   double keys = 0;
@@ -187,6 +191,8 @@ AttentionProbe<T> make_probe(const Approximation& a, const Score& score, const K
     }
     if (tally != nullptr) {
       for (index_t row = 0; row < rows; ++row) {
+        if (row % os[2] < tally->first_position) continue;  // a query not scored
+        ++tally->rows;
         for (index_t c = 0; c < dv; ++c) {
           const double o = static_cast<double>(step.output[row * dv + c]);
           const double e = static_cast<double>(out[row * dv + c]) - o;
@@ -195,7 +201,6 @@ AttentionProbe<T> make_probe(const Approximation& a, const Score& score, const K
         }
         tally->keys += double(used[static_cast<std::size_t>(row)]);
       }
-      tally->rows += rows;
     }
     step.output = std::move(out);
   };
