@@ -82,11 +82,7 @@ inline void add_settings(CLI::App& app, attn::train::Settings& settings) {
       app.add_option_function<std::vector<std::string>>(
              row.option(),
              [&settings, name](const std::vector<std::string>& values) {
-               std::string joined;
-               for (std::size_t i = 0; i < values.size(); ++i) {
-                 if (i) joined += ',';
-                 joined += values[i];
-               }
+               const std::string joined = attn::train::Setting::join_list(values);
                const std::string why = settings.at(name).check(joined);  // e.g. too few values
                if (!why.empty()) throw CLI::ValidationError("--" + name, why);
                settings.set(name, joined);

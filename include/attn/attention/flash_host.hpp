@@ -104,9 +104,11 @@ struct FlashGradients {
 
 namespace flash {
 
-// The sink logits as the block programs read them (null for none), checked against the heads.
-template <class A>
-const A* checked_sinks(const Tensor<A>* sinks, const Geometry& g, const char* op) {
+// The sink logits as the block programs read them (null for none), checked against the heads;
+// `sinks` is a host Tensor or a cuda::DeviceTensor.
+template <class Sinks>
+auto checked_sinks(const Sinks* sinks, const Geometry& g, const char* op)
+    -> decltype(sinks->data()) {
   if (sinks == nullptr) return nullptr;
   ATTN_CHECK(sinks->shape() == (Shape{g.H}), shape_error, op, ": sinks must be [", g.H,
              "] (one logit per head), got ", sinks->shape());

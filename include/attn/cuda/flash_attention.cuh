@@ -81,15 +81,6 @@ __global__ void __launch_bounds__(flash::block_threads)
 
 namespace detail {
 
-// The sink logits as the kernels read them (null for none), checked against the heads.
-inline const float* sink_pointer(const DeviceTensor<float>* sinks, const flash::Geometry& g,
-                                 const char* op) {
-  if (sinks == nullptr) return nullptr;
-  ATTN_CHECK(sinks->shape() == (Shape{g.H}), shape_error, op, ": sinks must be [", g.H,
-             "] (one logit per head), got ", sinks->shape());
-  return sinks->data();
-}
-
 // Launches `kernel` on `blocks` blocks of flash::block_threads threads with `floats` floats of
 // dynamic shared memory, after checking that the current device allows that much per block
 // (above 48 KiB a kernel must opt in, which this does).
@@ -165,7 +156,7 @@ void flash_attention(const DeviceTensor<T>& q, const DeviceTensor<T>& k, const D
   const flash::Geometry g =
       flash::checked_geometry(q.shape(), k.shape(), v.shape(), "cuda::flash_attention");
   mask.validate(g.B, g.Tq, g.Tk);
-  const float* sink_logits = detail::sink_pointer(sinks, g, "cuda::flash_attention");
+  const float* sink_logits = flash::checked_sinks(sinks, g, "cuda::flash_attention");
   result.out.resize(Shape{g.B, g.H, g.Tq, g.Dv});
   result.lse.resize(Shape{g.B, g.H, g.Tq});
   const flash::ForwardArgs<T, Mask> args{
@@ -204,7 +195,7 @@ void flash_attention_backward(const DeviceTensor<T>& q, const DeviceTensor<T>& k
   const char* op = "cuda::flash_attention_backward";
   const flash::Geometry g = flash::checked_geometry(q.shape(), k.shape(), v.shape(), op);
   mask.validate(g.B, g.Tq, g.Tk);
-  const float* sink_logits = detail::sink_pointer(sinks, g, op);
+  const float* sink_logits = flash::checked_sinks(sinks, g, op);
   const Shape o_shape{g.B, g.H, g.Tq, g.Dv};
   ATTN_CHECK(forward.out.shape() == o_shape && dout.shape() == o_shape &&
                  forward.lse.shape() == (Shape{g.B, g.H, g.Tq}),

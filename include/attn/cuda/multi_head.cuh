@@ -148,11 +148,11 @@ class MultiHeadAttention {
 
   // Adds the gradients accumulated on the device into the host module's Parameter grads.
   void add_gradients_to(host_type& host) const {
+    auto accumulate = [](const DeviceTensor<float>& g, Parameter<float>& param) {
+      const Tensor<float> h = to_host(g);
+      for (index_t i = 0; i < h.numel(); ++i) param.grad[i] += h[i];
+    };
     auto add = [&](const Projection& p, ProjectionWeights<float>& w) {
-      auto accumulate = [](const DeviceTensor<float>& g, Parameter<float>& param) {
-        const Tensor<float> h = to_host(g);
-        for (index_t i = 0; i < h.numel(); ++i) param.grad[i] += h[i];
-      };
       accumulate(p.gw, w.weight);
       if (bias_) accumulate(p.gb, w.bias);
     };
@@ -160,10 +160,7 @@ class MultiHeadAttention {
     add(k_, host.k_proj);
     add(v_, host.v_proj);
     add(o_, host.out_proj);
-    if (sinks_on_) {
-      const Tensor<float> h = to_host(gsinks_);
-      for (index_t i = 0; i < h.numel(); ++i) host.sinks.grad[i] += h[i];
-    }
+    if (sinks_on_) accumulate(gsinks_, host.sinks);
   }
 
   // Self-attention: x [B, T, D] -> y [B, T, D]. Keeps what backward() needs.

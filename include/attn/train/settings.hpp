@@ -115,6 +115,27 @@ class Setting {
     return parse_one(input, canonical);
   }
 
+  // A list's text: its elements joined by ',' ("" for none); split_list undoes it.
+  static std::string join_list(const std::vector<std::string>& elements) {
+    std::string joined;
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      if (i) joined += ',';
+      joined += elements[i];
+    }
+    return joined;
+  }
+  // A list's text split at ',' ("" is no element; "a,,b" has an empty one in the middle).
+  static std::vector<std::string> split_list(std::string_view text) {
+    std::vector<std::string> out;
+    if (text.empty()) return out;
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = text.find(',', start);
+      out.emplace_back(text.substr(start, comma == text.npos ? text.npos : comma - start));
+      if (comma == text.npos) return out;
+      start = comma + 1;
+    }
+  }
+
   // What the help shows for the accepted values: "NUMBER in [0, 10]", "one of learned, none",
   // and for a list "list of INT in [1, 64]".
   std::string value_help() const {
@@ -184,31 +205,19 @@ class Setting {
   // joined by ',' ("" for none), each checked as a value of the element kind.
   std::string parse(std::string_view input, std::string& out) const {
     if (!list_) return parse_one(input, out);
-    std::string joined, one;
-    std::size_t count = 0;
-    for (const std::string& element : split_list(input)) {
-      const std::string why = parse_one(element, one);
+    std::vector<std::string> elements = split_list(input);
+    for (std::string& element : elements) {
+      std::string canonical;
+      const std::string why = parse_one(element, canonical);
       if (!why.empty()) return why;
-      if (count++) joined += ',';
-      joined += one;
+      element = std::move(canonical);
     }
+    const std::size_t count = elements.size();
     if (count < min_count_)
       return "'" + std::string(input) + "' has " + std::to_string(count) + " value" +
              (count == 1 ? "" : "s") + ", fewer than " + std::to_string(min_count_);
-    out = std::move(joined);
+    out = join_list(elements);
     return "";
-  }
-
-  // A list's text split at ',' ("" is no element; "a,,b" has an empty one in the middle).
-  static std::vector<std::string> split_list(std::string_view text) {
-    std::vector<std::string> out;
-    if (text.empty()) return out;
-    for (std::size_t start = 0;;) {
-      const std::size_t comma = text.find(',', start);
-      out.emplace_back(text.substr(start, comma == text.npos ? text.npos : comma - start));
-      if (comma == text.npos) return out;
-      start = comma + 1;
-    }
   }
 
   // parse for one value of the element kind (the whole value where the setting is no list).
@@ -521,12 +530,9 @@ class Settings {
     Setting& s = add(
         std::move(name), kind, std::move(help),
         [&target, to_text] {
-          std::string joined;
-          for (std::size_t i = 0; i < target.size(); ++i) {
-            if (i) joined += ',';
-            joined += to_text(target[i]);
-          }
-          return joined;
+          std::vector<std::string> elements;
+          for (const T& v : target) elements.push_back(to_text(v));
+          return Setting::join_list(elements);
         },
         [&target, from_text](const std::string& t) {
           target.clear();
