@@ -48,7 +48,8 @@ attn_add_test(data data/test_data.cpp data/test_birthplace.cpp DATA)
 attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log.cpp DATA)
 # The training layer (attn/train/): settings table, run lock, the loop, run files, programs
 # without a shell, plots.
-attn_add_test(train train/test_settings.cpp train/test_run_lock.cpp train/test_loop.cpp)
+attn_add_test(train train/test_settings.cpp train/test_run_lock.cpp train/test_loop.cpp
+              train/test_session.cpp)
 attn_add_test(learned_scores attention/test_learned_scores.cpp)
 attn_add_test(teaching teaching/test_exercises.cpp teaching/test_models.cpp)
 attn_add_test(approx approx/test_oracles.cpp approx/test_schemes.cpp)

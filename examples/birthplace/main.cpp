@@ -16,6 +16,7 @@
 #include <attn/train/plot.hpp>
 #include <attn/train/progress.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/session.hpp>
 #include <attn/train/settings.hpp>
 
 #include <chrono>
@@ -218,6 +219,7 @@ void declare_stage(Settings& s, Options& o, Stage stage) {
   // Checkpoints written before a setting existed keep what it was then.
   s.fallback_when_missing("schedule");
   s.fallback_when_missing("denormals", "keep");
+  s.fallback_when_missing("shards", "1");  // before data parallelism, one shard
 }
 
 // evaluate's and london's: where the questions and the predictions are.
@@ -251,41 +253,28 @@ struct Run {
   }
 };
 
-// Wall and CPU seconds a run has taken so far, over all its sessions.
-struct Spent {
-  double wall = 0, cpu = 0;
-};
-
-// What a checkpoint saves: the table's run settings (train.epochs, train.lr, ...), then the
-// stage, where the run is, and what the data and the schedule came to.
-void put_run(io::Safetensors& file, const Settings& settings, const Run& r, std::int64_t step,
-             Spent spent) {
-  auto& m = file.metadata;
-  settings.save(m);
-  m["train.stage"] = stage_name(r.stage);
-  m["train.step"] = std::to_string(step);
-  m["train.elapsed_s"] = attn::train::shortest_text(spent.wall);
-  m["train.cpu_s"] = attn::train::shortest_text(spent.cpu);
-  m["train.examples"] = std::to_string(r.examples);
-  m["train.final_tokens"] = std::to_string(r.final_tokens);
-}
-
 io::Safetensors open_checkpoint(const std::string& path) {
   return examples::open_checkpoint(path, checkpoint_format, "birthplace");
 }
 
+// What a checkpoint saves: the model, the optimizer, the table's run settings (train.epochs,
+// train.lr, ...) and the run's point, then the stage and what the data and the schedule came to.
 template <class Model, class Optimizer>
 void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
                      const data::CharTokenizer& tok, const std::string& variant,
-                     const Settings& settings, const Run& run, std::int64_t step, Spent spent) {
+                     const Settings& settings, const Run& run, const attn::train::RunPoint& point) {
   io::Safetensors file;
   io::put_parameters(file, model);
   io::put_optimizer_state(file, opt);
   io::put_gpt_config(file, model.config());
-  file.metadata["format"] = checkpoint_format;
-  file.metadata["variant"] = variant;
-  file.metadata["vocab"] = tok.vocabulary();
-  put_run(file, settings, run, step, spent);
+  auto& m = file.metadata;
+  m["format"] = checkpoint_format;
+  m["variant"] = variant;
+  m["vocab"] = tok.vocabulary();
+  attn::train::save_run_point(m, settings, point);
+  m["train.stage"] = stage_name(run.stage);
+  m["train.examples"] = std::to_string(run.examples);
+  m["train.final_tokens"] = std::to_string(run.final_tokens);
   io::save_safetensors(path, file);
 }
 
@@ -352,6 +341,8 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
              " is the checkpoint --reading-params reads: finetuning would overwrite the ",
              "pretrained model; write to another file");
   const fs::path log_path = out.string() + ".log.csv", svg = out.string() + ".loss.svg";
+  const std::string continue_with =
+      std::string("birthplace ") + stage_name(stage) + " --resume " + out.string();
   const std::vector<std::string> columns{"step",      "epoch",        "loss",      "lr",
                                          "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
   // The run's files, owned by rank 0 alone (the other ranks write none; the path may not exist
@@ -364,8 +355,7 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
         .where = out,
         .resuming = resuming,
         .overwrite = o.overwrite,
-        .how_to_continue = std::string("continue that run with `birthplace ") + stage_name(stage) +
-                           " --resume " + out.string() + "`",
+        .how_to_continue = "continue that run with `" + continue_with + "`",
         .inputs = {
             {o.pretrain_corpus, "--pretrain-corpus"},
             {o.vocabulary_corpus, "--vocabulary-corpus"},
@@ -425,17 +415,24 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
                                        "birthplace", smaller);
   };
 
-  // The run's settings: the saved ones when resuming; otherwise the options, settled.
+  // The run's settings: the saved ones when resuming; otherwise the options, settled. Then the
+  // session: from the checkpoint's step, or from 0.
   Run run{o, stage, examples_of.size(), block};
-  std::int64_t start = 0;
-  Spent before;
+  std::optional<attn::train::Session> session;
+  const auto session_from = [&](const attn::train::RunPoint& from) {
+    return attn::train::Session({.from = from,
+                                 .total = run.total_steps(),
+                                 .stop_at = o.stop_at,
+                                 .source = resuming ? source : std::string(),
+                                 .checkpoint = out.string(),
+                                 .continue_with = continue_with});
+  };
   if (resuming) {
     ATTN_CHECK(!settings.given("budget-minutes"), attn::value_error,
                "--budget-minutes conflicts with --resume ", source,
                ": a resumed run keeps its epochs");
-    std::map<std::string, std::string> saved = source_file.metadata;
-    saved.try_emplace("train.shards", "1");  // a checkpoint from before data parallelism
-    settings.resume_from(saved, source, "--stop-at, --threads and --shards may change");
+    settings.resume_from(source_file.metadata, source,
+                         "--stop-at, --threads and --shards may change");
     const std::string& saved_stage = io::metadata_string(source_file, "train.stage", source);
     ATTN_CHECK(saved_stage == "pretrain" || saved_stage == "finetune", attn::io_error, source,
                ": metadata train.stage = '", saved_stage, "' is neither pretrain nor finetune");
@@ -451,21 +448,14 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     // Written so that a NaN read from a file fails every check.
     ATTN_CHECK(o.save_every > 0 && run.final_tokens >= o.warmup_tokens, attn::io_error, source,
                ": the saved training settings are out of range");
-    start = io::metadata_int(source_file, "train.step", source);
-    before.wall = io::metadata_double(source_file, "train.elapsed_s", source);
-    before.cpu = io::metadata_double(source_file, "train.cpu_s", source);
-    ATTN_CHECK(start >= 0 && start <= run.total_steps(), attn::io_error, source,
-               ": metadata train.step = ", start, " is outside [0, ", run.total_steps(), "]");
-    if (start == run.total_steps()) {
+    session.emplace(session_from(attn::train::read_run_point(source_file.metadata, source)));
+    if (session->finished()) {
       if (dp.leader())
         std::printf(
-            "birthplace: %s is a finished %s run (step %lld of %lld): nothing to do, nothing "
-            "changed\n",
-            source.c_str(), stage_name(stage), (long long)start, (long long)start);
+            "%s\n",
+            session->finished_line("birthplace", std::string(stage_name(stage)) + " run").c_str());
       return 0;
     }
-    ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
-               " is not after step ", start, ", where ", source, " stopped");
     check_run_memory();
     dp.start();  // every rank's checks passed (or the first that failed reports, once)
   } else {
@@ -511,6 +501,7 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     // --schedule single: one decay, ending where the run ends (the floor from 80 % of it on).
     if (o.schedule == "single") run.final_tokens = run.tokens_before(run.total_steps());
     run.final_tokens = std::max(run.final_tokens, o.warmup_tokens);
+    session.emplace(session_from({}));
   }
   dp.broadcast_parameters(model);
   const std::int64_t total = run.total_steps(), spe = run.steps_per_epoch();
@@ -524,13 +515,9 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   optim::AdamW<float> opt(params, ac);
   if (resuming) io::get_optimizer_state(source_file, opt, source);
 
-  // The curve of the plot starts with the rows a resumed run logged before (its log cut back to
-  // the checkpoint's step: rows logged after it are logged again).
-  std::vector<double> curve_step, curve_loss;
-  for (const std::vector<double>& row : files.resume_log(start)) {
-    curve_step.push_back(row[1]);
-    curve_loss.push_back(row[2]);
-  }
+  // A resumed run's log is cut back to the checkpoint's step: rows logged after it are logged
+  // again.
+  files.resume_log(session->start());
 
   if (dp.leader())
     std::printf(
@@ -548,8 +535,8 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
                 (long long)o.shards);
   if (dp.leader() && !o.reading_params.empty())
     std::printf("  weights from %s\n", o.reading_params.c_str());
-  if (dp.leader() && start > 0)
-    std::printf("  resuming at step %lld of %lld\n", (long long)start, (long long)total);
+  if (dp.leader() && session->start() > 0)
+    std::printf("  resuming at step %lld of %lld\n", (long long)session->start(), (long long)total);
   std::fflush(stdout);
 
   attn::train::ProgressLine progress;
@@ -557,12 +544,6 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   Tensor<std::int32_t> x, y;
   std::vector<index_t> order;
   std::int64_t order_epoch = -1;
-  const auto t0 = std::chrono::steady_clock::now();
-  const double cpu0 = attn::train::process_cpu_seconds();
-  const auto spent = [&] {
-    return Spent{before.wall + seconds_since(t0),
-                 before.cpu + attn::train::process_cpu_seconds() - cpu0};
-  };
   double loss = std::nan(""), epoch_loss = 0, lr = 0;
   std::int64_t epoch_steps = 0;
   // A step: the epoch's seeded order of the examples (each epoch visits every one once), the
@@ -589,19 +570,17 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     loss = r.result.loss;
     epoch_loss += r.result.loss;
     ++epoch_steps;
-    const Spent now = spent();
+    const attn::train::RunPoint now = session->point(r.steps_done);
     const bool epoch_end = r.steps_done % spe == 0;
     if (attn::train::due(o.save_every, r)) {
       dp.check_replicas(model);
       if (dp.leader()) {
         files.begin_writing();
-        save_checkpoint(out, model, opt, tok, variant, settings, run, r.steps_done, now);
+        save_checkpoint(out, model, opt, tok, variant, settings, run, now);
       }
     }
     files.log_row({double(r.steps_done), double(r.steps_done) / double(spe), r.result.loss, lr,
-                   r.result.grad_norm, r.tokens_per_s, now.wall, now.cpu});
-    curve_step.push_back(double(r.steps_done) / double(spe));
-    curve_loss.push_back(r.result.loss);
+                   r.result.grad_norm, r.tokens_per_s, now.spent.wall_s, now.spent.cpu_s});
     char text[200];
     std::snprintf(text, sizeof text,
                   "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
@@ -611,35 +590,27 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     if (dp.leader()) progress.show(r.fraction, text, r.eta_seconds, epoch_end || r.last);
     if (epoch_end) epoch_loss = 0, epoch_steps = 0;
   };
-  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, total) : total;
   const attn::train::LoopEnd ran =
-      attn::train::run_loop({start, end, total, double(o.batch * block)}, stop, step, report,
+      attn::train::run_loop(session->begin(double(o.batch * block)), stop, step, report,
                             [&](bool flag) { return dp.any(flag); });
   progress.finish();
   if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
 
   if (ran.steps_run == 0) {
     // Stopped before the first step: nothing was written, an earlier run's files are as they were.
-    if (resuming)
-      std::printf(
-          "stopped before step %lld: %s is as it was; continue with `birthplace %s "
-          "--resume %s`\n",
-          (long long)(start + 1), out.c_str(), stage_name(stage), out.c_str());
-    else
-      std::printf("stopped before the first step: nothing was saved\n");
+    std::printf("%s\n", session->end_line(ran).c_str());
     return stop.exit_status();
   }
-  const Spent all = spent();
+  const attn::train::RunTime now = session->this_session(), all = session->spent();
   std::printf(
       "%s: %lld steps in %s wall, %.0f CPU s (all sessions of this run: %s wall, %.0f CPU s), "
       "final loss %.4f\n",
-      stage_name(stage), (long long)ran.steps_run, format_duration(seconds_since(t0)).c_str(),
-      all.cpu - before.cpu, format_duration(all.wall).c_str(), all.cpu, loss);
-  if (ran.steps_done < total)
-    std::printf("stopped at step %lld of %lld; continue with `birthplace %s --resume %s`\n",
-                (long long)ran.steps_done, (long long)total, stage_name(stage), out.c_str());
+      stage_name(stage), (long long)ran.steps_run, format_duration(now.wall_s).c_str(), now.cpu_s,
+      format_duration(all.wall_s).c_str(), all.cpu_s, loss);
+  if (const std::string line = session->end_line(ran); !line.empty())
+    std::printf("%s\n", line.c_str());
   plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
-                  "loss", {{"training loss", "#1f77b4", curve_step, curve_loss}});
+                  "loss", {{"training loss", "#1f77b4", files.column(1), files.column(2)}});
   std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
   std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
   return ran.stopped ? stop.exit_status() : 0;

@@ -123,6 +123,7 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   // Checkpoints written before a setting existed.
   s.fallback_when_missing("data");
   s.fallback_when_missing("denormals", "keep");
+  s.fallback_when_missing("shards", "1");  // before data parallelism, one shard
 }
 
 struct SampleOptions {

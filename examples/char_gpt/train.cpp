@@ -13,6 +13,7 @@
 #include <attn/train/plot.hpp>
 #include <attn/train/progress.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/session.hpp>
 #include <attn/train/settings.hpp>
 
 #include <chrono>
@@ -72,44 +73,36 @@ const std::vector<std::string> log_columns{"step",      "train_loss",   "val_los
 
 // ---- checkpoints -----------------------------------------------------------------------------
 
-// What a checkpoint saves besides the table's settings (declare_train_settings): where the run
-// is, and the fixed train/validation split.
-void put_run(io::Safetensors& file, const attn::train::Settings& settings, const TrainOptions& o,
-             std::int64_t steps_done, double elapsed, std::uint32_t data_crc) {
-  auto& m = file.metadata;
-  settings.save(m);
-  m["train.step"] = std::to_string(steps_done);
-  m["train.elapsed_s"] = shortest_text(elapsed);
-  m["train.data_crc32"] = std::to_string(data_crc);
-  m["train.train_fraction"] = shortest_text(o.train_fraction);
-}
-
 // Takes the saved run's settings into `o` through the table (a contradicting option is an error
-// naming both values), and the split.
-void restore_run(const io::Safetensors& file, attn::train::Settings& settings, TrainOptions& o,
-                 const std::string& source) {
-  std::map<std::string, std::string> saved = file.metadata;
-  saved.try_emplace("train.shards", "1");  // a checkpoint from before data parallelism
-  settings.resume_from(saved, source,
+// naming both values), and the split; returns where the run stands.
+attn::train::RunPoint restore_run(const io::Safetensors& file, attn::train::Settings& settings,
+                                  TrainOptions& o, const std::string& source) {
+  settings.resume_from(file.metadata, source,
                        "--stop-at, --threads, --shards and the sampling options may change");
   o.train_fraction = io::metadata_double(file, "train.train_fraction", source);
   ATTN_CHECK(o.train_fraction > 0 && o.train_fraction <= 1 && o.shards <= o.batch, attn::io_error,
              source, ": the saved training settings are out of range");
+  return attn::train::read_run_point(file.metadata, source);
 }
 
+// A checkpoint: the model, the optimizer, the table's settings (declare_train_settings) and the
+// run's point, the fixed train/validation split and the text's checksum.
 template <class Model, class Optimizer>
-void save_checkpoint(const fs::path& path, Model& model, Optimizer* opt,
+void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
                      const attn::data::CharTokenizer& tok, const attn::train::Settings& settings,
-                     const TrainOptions& o, std::int64_t steps_done, double elapsed,
+                     const TrainOptions& o, const attn::train::RunPoint& point,
                      std::uint32_t data_crc) {
   io::Safetensors file;
   io::put_parameters(file, model);
-  if (opt != nullptr) io::put_optimizer_state(file, *opt);
+  io::put_optimizer_state(file, opt);
   io::put_gpt_config(file, model.config());
-  file.metadata["format"] = "attn.char_gpt.v1";
-  file.metadata["attention"] = o.attention;
-  file.metadata["vocab"] = tok.vocabulary();
-  put_run(file, settings, o, steps_done, elapsed, data_crc);
+  auto& m = file.metadata;
+  m["format"] = "attn.char_gpt.v1";
+  m["attention"] = o.attention;
+  m["vocab"] = tok.vocabulary();
+  attn::train::save_run_point(m, settings, point);
+  m["train.data_crc32"] = std::to_string(data_crc);
+  m["train.train_fraction"] = shortest_text(o.train_fraction);
   io::save_safetensors(path, file);
 }
 
@@ -141,6 +134,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   // ---- where the run comes from, and where it goes: everything checked before the first step
   io::Safetensors resumed;
   const bool resuming = !o.resume.empty();
+  attn::train::RunPoint resumed_at;  // a new run: step 0
   fs::path out(o.out);
   if (resuming) {
     // A resumed run continues in its own directory.
@@ -153,14 +147,12 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     resumed = open_checkpoint(o.resume);
     // The text defaults to the run's own (its content is checked below); --shards, when given,
     // splits the batches another way from here on.
-    restore_run(resumed, settings, o, o.resume);
+    resumed_at = restore_run(resumed, settings, o, o.resume);
   }
   o.shards = dp.shards(o.shards, o.batch);
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
   const std::string& source = resuming ? o.resume : o.init_from;
   const bool from_checkpoint = resuming || !o.init_from.empty();
-  std::int64_t start = 0;
-  double elapsed_before = 0;
   if (from_checkpoint) {
     const nn::GPTConfig saved = io::get_gpt_config(resumed, source);
     auto model = examples::model_values(saved, resuming);
@@ -170,25 +162,20 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
                resuming ? "--resume" : "--init-from", " ", source,
                ": the vocabulary is the checkpoint's");
   }
-  if (resuming) {
-    start = io::metadata_int(resumed, "train.step", o.resume);
-    ATTN_CHECK(start >= 0 && start <= o.steps, attn::io_error, o.resume,
-               ": metadata train.step = ", start, " is outside [0, ", o.steps, "]");
-    if (resumed.metadata.count("train.elapsed_s"))
-      elapsed_before = io::metadata_double(resumed, "train.elapsed_s", o.resume);
-    if (start == o.steps) {
-      if (dp.leader())
-        std::printf(
-            "char_gpt: %s is a finished run (step %lld of %lld): nothing to do, nothing changed; "
-            "`char_gpt sample %s` samples from it\n",
-            o.resume.c_str(), (long long)start, (long long)o.steps, o.resume.c_str());
-      return 0;
-    }
-    ATTN_CHECK(o.stop_at == 0 || o.stop_at > start, attn::value_error, "--stop-at ", o.stop_at,
-               " is not after step ", start, ", where ", o.resume, " stopped");
-  }
   const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
                  svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
+  attn::train::Session session({.from = resumed_at,
+                                .total = o.steps,
+                                .stop_at = o.stop_at,
+                                .source = o.resume,
+                                .checkpoint = checkpoint.string(),
+                                .continue_with = "char_gpt --resume " + checkpoint.string()});
+  if (session.finished()) {
+    if (dp.leader())
+      std::printf("%s; `char_gpt sample %s` samples from it\n",
+                  session.finished_line("char_gpt").c_str(), o.resume.c_str());
+    return 0;
+  }
   ATTN_CHECK(o.init_from.empty() || !attn::train::same_path(o.init_from, checkpoint),
              attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
              checkpoint.string(), "): choose another --out");
@@ -288,14 +275,9 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   if (resuming) io::get_optimizer_state(resumed, opt, source);
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
 
-  // The curves of the plot start with the rows a resumed run logged before (its log cut back to
-  // the checkpoint's step: rows logged after it are logged again).
-  std::vector<double> curve_step, curve_train, curve_val;
-  for (const std::vector<double>& row : files.resume_log(start)) {
-    curve_step.push_back(row[0]);
-    curve_train.push_back(row[1]);
-    curve_val.push_back(row[2]);
-  }
+  // A resumed run's log is cut back to the checkpoint's step: rows logged after it are logged
+  // again.
+  files.resume_log(session.start());
 
   const index_t n_params = nn::parameter_count(model);
   index_t n_attn = 0;
@@ -314,8 +296,9 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   if (dp.leader() && dp.ranks() > 1)
     std::printf("          data parallel: %d ranks, %lld shards per step\n", dp.ranks(),
                 (long long)o.shards);
-  if (dp.leader() && start > 0)
-    std::printf("          resuming at step %lld of %lld\n", (long long)start, (long long)o.steps);
+  if (dp.leader() && session.start() > 0)
+    std::printf("          resuming at step %lld of %lld\n", (long long)session.start(),
+                (long long)o.steps);
   std::fflush(stdout);
 
   attn::Tape<float> tape;
@@ -339,7 +322,6 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   // (its end, --stop-at or Ctrl-C) an evaluation, the checkpoint, then its log row: a crash between
   // the two loses a row that the resumed run writes again, never leaves a row for a step no
   // checkpoint holds.
-  const std::int64_t end = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
   double window_loss = 0, val = std::nan("");
   std::int64_t window = 0;
   auto t_window = std::chrono::steady_clock::now();
@@ -358,17 +340,14 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
       val = evaluate(r.steps_done - 1);
       const double train_loss = window_loss / double(window);
       const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
-      const double elapsed = elapsed_before + r.seconds;
+      const attn::train::RunPoint point = session.point(r.steps_done);
       dp.check_replicas(model);
       if (dp.leader()) {
         files.begin_writing();
-        save_checkpoint(checkpoint, model, &opt, tok, settings, o, r.steps_done, elapsed, data_crc);
+        save_checkpoint(checkpoint, model, opt, tok, settings, o, point, data_crc);
         files.log_row({double(r.steps_done), train_loss, val, schedule(r.steps_done - 1),
-                       r.result.grad_norm, window_tps, elapsed});
+                       r.result.grad_norm, window_tps, point.spent.wall_s});
       }
-      curve_step.push_back(double(r.steps_done));
-      curve_train.push_back(train_loss);
-      curve_val.push_back(val);
       window_loss = 0, window = 0;
       t_window = std::chrono::steady_clock::now();
     }
@@ -381,34 +360,28 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     }
   };
   const attn::train::LoopEnd ran =
-      attn::train::run_loop({start, end, o.steps, double(o.batch * block)}, stop, step, report,
+      attn::train::run_loop(session.begin(double(o.batch * block)), stop, step, report,
                             [&](bool flag) { return dp.any(flag); });
   progress.finish();
   if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
 
   if (ran.steps_run == 0) {
     // Stopped before the first step: nothing was written, an earlier run's files are as they were.
-    if (resuming)
-      std::printf(
-          "stopped before step %lld: %s is as it was; continue with `char_gpt --resume %s`\n",
-          (long long)(start + 1), checkpoint.c_str(), checkpoint.c_str());
-    else
-      std::printf("stopped before the first step: nothing was saved\n");
+    std::printf("%s\n", session.end_line(ran).c_str());
     return stop.exit_status();
   }
   std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
               (long long)ran.steps_run, ran.seconds, ran.tokens_per_s, val,
               (long long)ran.steps_done);
   plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
-                  {{"train", "#1f77b4", curve_step, curve_train},
-                   {"validation", "#d62728", curve_step, curve_val}});
+                  {{"train", "#1f77b4", files.column(0), files.column(1)},
+                   {"validation", "#d62728", files.column(0), files.column(2)}});
   const bool have_png = plot::gnuplot_png(log_path, png, "char_gpt: " + o.attention,
                                           {{2, "train"}, {3, "validation"}});
   std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
   std::printf("checkpoint: %s\n", checkpoint.c_str());
-  if (ran.stopped || ran.steps_done < o.steps)
-    std::printf("stopped at step %lld of %lld; continue with `char_gpt --resume %s`\n",
-                (long long)ran.steps_done, (long long)o.steps, checkpoint.c_str());
+  if (const std::string line = session.end_line(ran); !line.empty())
+    std::printf("%s\n", line.c_str());
   if (ran.stopped) return stop.exit_status();
   std::fflush(stdout);  // the run's files are named before a long sample starts
 

@@ -1,15 +1,16 @@
 // tests/consumer/trainer.cpp: a trainer written outside attn, of a model of its own (a character
 // model: embedding, tanh, linear), on attn/train: its settings declared once (the command line,
 // the checkpoint's metadata and the resume checks come from the table), a run directory with one
-// owner, the loop with Ctrl-C, exact resume. run_consumer.cmake runs it: a run interrupted by
-// SIGINT and resumed ends with the same bits as one that was not, and a new run refuses to replace
-// an earlier one.
-// Prints "step N loss L parameters <hash>" when it ends; exit 0 done, 1 error, 2 bad option, 130.
+// owner, the loop with Ctrl-C, the session a resume continues, exact resume. run_consumer.cmake
+// runs it: a run interrupted by SIGINT and resumed ends with the same bits as one that was not, and
+// a new run refuses to replace an earlier one. Prints "step N loss L parameters <hash>" when it
+// ends; exit 0 done, 1 error, 2 bad option, 130.
 #include <attn/attn.hpp>
 #include <attn/data/char_tokenizer.hpp>
 #include <attn/io/checkpoint.hpp>
 #include <attn/train/loop.hpp>
 #include <attn/train/run_files.hpp>
+#include <attn/train/session.hpp>
 #include <attn/train/settings.hpp>
 
 #include <csignal>
@@ -72,13 +73,23 @@ int run(int argc, char** argv) {
                          .how_to_continue = "continue it with --resume",
                          .inputs = {}});
   attn::io::Safetensors saved;
-  std::int64_t start = 0;
+  train::RunPoint from;
   if (resume) {
     saved = attn::io::load_safetensors(checkpoint);
     s.resume_from(saved.metadata, checkpoint.string(), "--stop-at may change");
-    start = attn::io::metadata_int(saved, "step", checkpoint.string());
+    from = train::read_run_point(saved.metadata, checkpoint.string());
   }
-  files.resume_log(start);
+  train::Session session({.from = from,
+                          .total = steps,
+                          .stop_at = stop_at,
+                          .source = resume ? checkpoint.string() : "",
+                          .checkpoint = checkpoint.string(),
+                          .continue_with = "trainer --resume --out " + out});
+  if (session.finished()) {
+    std::printf("%s\n", session.finished_line("trainer").c_str());
+    return 0;
+  }
+  files.resume_log(session.start());
 
   const std::string text =
       "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs";
@@ -115,14 +126,14 @@ int run(int argc, char** argv) {
       attn::io::Safetensors file;
       attn::io::put_parameters(file, model);
       attn::io::put_optimizer_state(file, opt);
-      s.save(file.metadata);
-      file.metadata["step"] = std::to_string(r.steps_done);
+      train::save_run_point(file.metadata, s, session.point(r.steps_done));
       attn::io::save_safetensors(checkpoint, file);
     }
     files.log_row({double(r.steps_done), r.result.loss});
   };
-  const std::int64_t end = stop_at > 0 ? std::min(stop_at, steps) : steps;
-  const train::LoopEnd e = train::run_loop({start, end, steps, 96}, stop, step, report);
+  const train::LoopEnd e = train::run_loop(session.begin(96), stop, step, report);
+  if (const std::string line = session.end_line(e); !line.empty())
+    std::printf("%s\n", line.c_str());
   std::uint64_t hash = 1469598103934665603ull;  // FNV-1a of every parameter's bytes
   model.for_each_parameter([&](const std::string&, attn::Parameter<float>& p) {
     const auto* b = reinterpret_cast<const unsigned char*>(p.value.data());

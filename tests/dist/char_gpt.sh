@@ -30,12 +30,12 @@ small=(--data "$data" --layers 1 --heads 2 --embd 32 --block 16 --batch 8 --warm
   --eval-batches 2 --threads 1 --sample-tokens 0 --dropout 0.1)
 losses() { cut -d, -f1-5 "$1"; } # step, train and validation loss, lr, gradient norm
 # Two checkpoints hold the same run: the same tensors byte for byte and the same header once the
-# wall-clock field train.elapsed_s, the header's checksum (which covers it) and the header's
-# padding are taken out.
+# clock fields train.elapsed_s and train.cpu_s, the header's checksum (which covers them) and the
+# header's padding are taken out.
 header_len() { od -An -t u8 -N 8 "$1" | tr -d ' '; }
 header_of() {
   head -c $((8 + $(header_len "$1"))) "$1" | tail -c +9 |
-    LC_ALL=C sed -E 's/"train\.elapsed_s":"[^"]*",?//; s/"crc32:__metadata__":"[^"]*",?//; s/ +$//'
+    LC_ALL=C sed -E 's/"train\.(elapsed|cpu)_s":"[^"]*",?//g; s/"crc32:__metadata__":"[^"]*",?//; s/ +$//'
 }
 same_checkpoint() {
   cmp -s <(tail -c +$((9 + $(header_len "$1"))) "$1") <(tail -c +$((9 + $(header_len "$2"))) "$2") &&

@@ -214,12 +214,16 @@ TEST_CASE("RunFiles: a resumed run's log is cut back to its checkpoint and conti
   put_file(dir / "checkpoint.safetensors", "ckpt");
   put_file(dir / "log.csv", "step,loss\n1,3\n2,2.5\n3,2\n4,1.");  // step 4 cut short by a crash
   train::RunFiles files(layout_in(dir), request(dir, true, false));
-  const std::vector<std::vector<double>> rows = files.resume_log(2);
-  REQUIRE(rows.size() == 2);
-  CHECK(rows[1] == std::vector<double>{2, 2.5});
+  files.resume_log(2);
+  REQUIRE(files.rows().size() == 2);
+  CHECK(files.rows()[1] == std::vector<double>{2, 2.5});
   CHECK(read_back(dir / "log.csv") == "step,loss\n1,3\n2,2.5\n");
   files.log_row({3, 1.75});
   CHECK(read_back(dir / "log.csv") == "step,loss\n1,3\n2,2.5\n3,1.75\n");
+  // The rows kept and this session's: the plot's curves.
+  CHECK(files.column(0) == std::vector<double>{1, 2, 3});
+  CHECK(files.column(1) == std::vector<double>{3, 2.5, 1.75});
+  CHECK(message_of([&] { (void)files.column(2); }).find("is not a column") != std::string::npos);
   CHECK(read_back(dir / "checkpoint.safetensors") == "ckpt");  // a resumed run keeps its checkpoint
   fs::remove_all(dir);
 }

@@ -207,11 +207,22 @@ class RunFiles {
   bool owner() const { return owner_; }
   const RunLayout& layout() const { return layout_; }
 
-  // A resumed run: its log cut back to the checkpoint's `step` (see truncate_log), and the rows
-  // kept, which start the plot's curves. A new run: none.
-  std::vector<std::vector<double>> resume_log(std::int64_t step) const {
-    if (!owner_ || !resuming_) return {};
-    return truncate_log(layout_.log, layout_.log_columns, step);
+  // A resumed run: its log cut back to the checkpoint's `step` (see truncate_log); the rows kept
+  // start rows(). A new run: nothing to do.
+  void resume_log(std::int64_t step) {
+    if (owner_ && resuming_) rows_ = truncate_log(layout_.log, layout_.log_columns, step);
+  }
+
+  // The run's log as it stands: the rows a resumed run kept, then this session's (what its plot
+  // draws). Column `c` of every row: a curve.
+  const std::vector<std::vector<double>>& rows() const { return rows_; }
+  std::vector<double> column(std::size_t c) const {
+    ATTN_CHECK(c < layout_.log_columns.size(), value_error, "RunFiles::column: ", c,
+               " is not a column of ", layout_.log.string());
+    std::vector<double> values;
+    values.reserve(rows_.size());
+    for (const std::vector<double>& row : rows_) values.push_back(row[c]);
+    return values;
   }
 
   // Before this session writes its first file (the trainer calls it before its first save;
@@ -234,6 +245,7 @@ class RunFiles {
     if (!owner_) return;
     begin_writing();
     log_->row(values);
+    rows_.push_back(values);
   }
 
  private:
@@ -241,6 +253,7 @@ class RunFiles {
   bool resuming_ = false, owner_ = false;
   RunLock lock_;
   std::optional<io::CsvLog> log_;
+  std::vector<std::vector<double>> rows_;
 };
 
 }  // namespace attn::train
