@@ -373,26 +373,18 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
             io::metadata_string(source_file, "vocab", source));
       });
   std::string variant = o.variant;
-  nn::GPTConfig config;
+  std::optional<nn::GPTConfig> saved_model;
   if (!source.empty()) {
-    config = io::get_gpt_config(source_file, source);
+    saved_model = io::get_gpt_config(source_file, source);
     variant = io::metadata_string(source_file, "variant", source);
     ATTN_CHECK(!settings.given("variant") ||
                    examples::attention_index(variant) == examples::attention_index(o.variant),
                attn::value_error, "birthplace: ", source, " holds a ", variant, " model, not ",
                o.variant);
-    ATTN_CHECK(config.vocab_size == tok.size(), attn::io_error, source, ": config.vocab_size ",
-               config.vocab_size, " differs from its vocabulary's ", tok.size(), " characters");
-    // The model comes from the checkpoint; a new run from pretrained weights picks its dropout.
-    settings.check_given(examples::model_values(config, resuming), source,
-                         "the model comes from the checkpoint");
-    if (!resuming) config.dropout = o.dropout;
-  } else {
-    ATTN_CHECK(o.embd % o.heads == 0, attn::value_error, "--heads ", o.heads,
-               " does not divide --embd ", o.embd);
-    config =
-        examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
   }
+  const nn::GPTConfig config =
+      examples::run_config(saved_model, source, resuming, settings,
+                           {tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
   const index_t block = config.block_size;
 
   StageData examples_of;

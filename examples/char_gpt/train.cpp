@@ -153,11 +153,9 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   if (!o.init_from.empty()) resumed = open_checkpoint(o.init_from);
   const std::string& source = resuming ? o.resume : o.init_from;
   const bool from_checkpoint = resuming || !o.init_from.empty();
+  std::optional<nn::GPTConfig> saved_model;
   if (from_checkpoint) {
-    const nn::GPTConfig saved = io::get_gpt_config(resumed, source);
-    auto model = examples::model_values(saved, resuming);
-    model["positions"] = position_name(saved.positions);
-    settings.check_given(model, source, "the model comes from the checkpoint");
+    saved_model = io::get_gpt_config(resumed, source);
     ATTN_CHECK(o.vocab_from.empty(), attn::value_error, "--vocab-from conflicts with ",
                resuming ? "--resume" : "--init-from", " ", source,
                ": the vocabulary is the checkpoint's");
@@ -232,23 +230,16 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   tokens.erase(tokens.begin() + std::ptrdiff_t(keep), tokens.begin() + std::ptrdiff_t(n_train));
   const auto batches = attn::data::TextBatches::split_at(std::move(tokens), index_t(keep));
 
-  nn::GPTConfig config;
-  if (from_checkpoint) {
-    config = io::get_gpt_config(resumed, source);
-    if (io::metadata_string(resumed, "attention", source) != o.attention)
-      throw attn::value_error("char_gpt: " + source + " was trained with --attention " +
-                              io::metadata_string(resumed, "attention", source) + ", not " +
-                              o.attention);
-    ATTN_CHECK(config.vocab_size == tok.size(), attn::io_error, source, ": config.vocab_size ",
-               config.vocab_size, " differs from its vocabulary's ", tok.size(), " characters");
-    if (!resuming) config.dropout = o.dropout;  // a new run from old weights picks its own
-  } else {
-    ATTN_CHECK(o.embd % o.heads == 0, attn::value_error, "--heads ", o.heads,
-               " does not divide --embd ", o.embd);
-    config =
-        examples::gpt_config({tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
-    config.positions = position_names.at(o.positions);
-  }
+  if (from_checkpoint && io::metadata_string(resumed, "attention", source) != o.attention)
+    throw attn::value_error("char_gpt: " + source + " was trained with --attention " +
+                            io::metadata_string(resumed, "attention", source) + ", not " +
+                            o.attention);
+  std::map<std::string, std::string> saved_positions;
+  if (saved_model) saved_positions["positions"] = position_name(saved_model->positions);
+  nn::GPTConfig config = examples::run_config(
+      saved_model, source, resuming, settings,
+      {tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed}, saved_positions);
+  if (!saved_model) config.positions = position_names.at(o.positions);
   const index_t block = config.block_size;
   for (const auto split : {attn::data::Split::train, attn::data::Split::validation})
     ATTN_CHECK(batches.size(split) > block, attn::value_error, "char_gpt: the ",

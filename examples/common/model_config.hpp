@@ -1,7 +1,8 @@
 // examples/common/model_config.hpp: a GPT configuration from the model options the example
 // trainers share (vocabulary, block, layers, heads, width, dropout, seed), and back: the options
-// a checkpoint's model stands for, which a run from that checkpoint may not contradict.
-// Does not check the options: the trainers and GPT's constructor do.
+// a checkpoint's model stands for, which a run from that checkpoint may not contradict; the
+// configuration a run trains, new or from a checkpoint's model, checked against the options.
+// Does not check the options' ranges: the settings tables and GPT's constructor do.
 #pragma once
 
 #include <attn/nn/transformer.hpp>
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace examples {
@@ -43,6 +45,31 @@ inline std::map<std::string, std::string> model_values(const attn::nn::GPTConfig
                                        {"block", std::to_string(c.block_size)}};
   if (resuming) v["dropout"] = attn::train::shortest_text(c.dropout);
   return v;
+}
+
+// The configuration a run trains. A new model (`saved` empty): `shape`'s, --heads dividing
+// --embd. A run from a checkpoint's model (`saved`, read from `source`): that model, whose
+// vocabulary must be the tokenizer's (`shape.vocab`; io_error), with no model option given now
+// contradicting it (Settings::check_given on model_values and `extra`, the program's other model
+// options as the checkpoint's model has them: a value_error naming both values); a new run from
+// its weights (not `resuming`) picks its own dropout.
+inline attn::nn::GPTConfig run_config(const std::optional<attn::nn::GPTConfig>& saved,
+                                      const std::string& source, bool resuming,
+                                      const attn::train::Settings& settings,
+                                      const ModelShape& shape,
+                                      std::map<std::string, std::string> extra = {}) {
+  if (!saved) {
+    ATTN_CHECK(shape.heads > 0 && shape.d_model % shape.heads == 0, attn::value_error, "--heads ",
+               shape.heads, " does not divide --embd ", shape.d_model);
+    return gpt_config(shape);
+  }
+  extra.merge(model_values(*saved, resuming));
+  settings.check_given(extra, source, "the model comes from the checkpoint");
+  ATTN_CHECK(saved->vocab_size == shape.vocab, attn::io_error, source, ": config.vocab_size ",
+             saved->vocab_size, " differs from its vocabulary's ", shape.vocab, " characters");
+  attn::nn::GPTConfig c = *saved;
+  if (!resuming) c.dropout = shape.dropout;
+  return c;
 }
 
 }  // namespace examples
