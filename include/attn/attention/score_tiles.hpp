@@ -188,7 +188,7 @@ struct ScoreTiles {
       }
     }
     if (careful)
-      for (index_t i = 0; i < br; ++i) rmax[i] = row_max_nan(s + i * lds, bc);
+      for (index_t i = 0; i < br; ++i) rmax[i] = row_max<T, true>(s + i * lds, bc);
     return true;
   }
 };

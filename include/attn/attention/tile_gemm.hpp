@@ -153,32 +153,32 @@ T scale_row_max(T* row, index_t n, T alpha, const T* bias) {
   return std::max(m, predux_max(mx));
 }
 
-// max(row[0, n)) (−∞ when empty).
-template <class T>
+// max(row[0, n)) (−∞ when empty). With `propagate_nan`, NaN when some element is NaN: the maxima
+// of a call with non-finite inputs (non_finite.hpp); without, a NaN's effect is unspecified (the
+// fast packet max).
+template <class T, bool propagate_nan = false>
 T row_max(const T* row, index_t n) {
   using namespace Eigen::internal;
   Packet<T> mx = pset1<Packet<T>>(-std::numeric_limits<T>::infinity());
   T m = -std::numeric_limits<T>::infinity();
+  const auto max_of = [](T a, T b) {
+    if constexpr (propagate_nan)
+      if (std::isnan(a) || std::isnan(b)) return a + b;
+    return std::max(a, b);
+  };
   for_packets<T>(
-      n, [&](index_t j) { mx = pmax(mx, ploadu<Packet<T>>(row + j)); },
-      [&](index_t j) { m = std::max(m, row[j]); });
-  return std::max(m, predux_max(mx));
-}
-
-// max(row[0, n)), NaN when some element is NaN (−∞ when empty): the maxima of a call with
-// non-finite inputs (non_finite.hpp).
-template <class T>
-T row_max_nan(const T* row, index_t n) {
-  using namespace Eigen::internal;
-  Packet<T> mx = pset1<Packet<T>>(-std::numeric_limits<T>::infinity());
-  T m = -std::numeric_limits<T>::infinity();
-  for_packets<T>(
-      n, [&](index_t j) { mx = pmax<Eigen::PropagateNaN>(mx, ploadu<Packet<T>>(row + j)); },
+      n,
       [&](index_t j) {
-        m = std::isnan(row[j]) || std::isnan(m) ? row[j] + m : std::max(m, row[j]);
-      });
-  const T p = predux_max<Eigen::PropagateNaN>(mx);
-  return std::isnan(p) || std::isnan(m) ? p + m : std::max(m, p);
+        if constexpr (propagate_nan)
+          mx = pmax<Eigen::PropagateNaN>(mx, ploadu<Packet<T>>(row + j));
+        else
+          mx = pmax(mx, ploadu<Packet<T>>(row + j));
+      },
+      [&](index_t j) { m = max_of(m, row[j]); });
+  if constexpr (propagate_nan)
+    return max_of(m, predux_max<Eigen::PropagateNaN>(mx));
+  else
+    return max_of(m, predux_max(mx));
 }
 
 // e^x on a packet of floats for x <= 88.37, exactly 0 below −87.34 (so for −∞, a masked score):
