@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Reference values for tests/attention/test_kernel_features.cpp, computed with PyTorch (the oracle).
+"""Reference values for tests/attention/test_kernel_features.cpp, computed with PyTorch (the
+oracle).
 
 Writes tests/attention/data/torch_kernels.txt: the softmax attention's output and each row's
-log-sum-exp with their gradients, and the merge of two partial attentions with its gradients, attention with sinks, and soft-capped scores,
-each written from its formula in float64 from fixed seeds. attn does not depend on PyTorch.
+log-sum-exp with their gradients, the merge of two partial attentions with its gradients,
+attention with sinks, soft-capped scores and learned biases, each written from its formula in
+float64 from fixed seeds. attn does not depend on PyTorch.
 
 Regenerate (PyTorch from scripts/oracle-venv; the output is the same byte for byte each run on one
 machine, while another CPU can change the last digits: PyTorch's float64 kernels sum in an order
-that depends on the SIMD width, relative 3e-12 seen between a Zen 2 and an AVX-512 Xeon):
+that depends on the SIMD width, relative 3e-12 seen between a Zen 2 and an AVX-512 Xeon, and
+between the committed file and a Zen 1, AMD EPYC family 23 model 1, torch 2.15.0):
     scripts/oracle-venv
     build/oracle-venv/bin/python tests/attention/torch_kernel_reference.py
 
@@ -63,47 +66,58 @@ def causal_masked(s):
     return s.masked_fill(j > i + (tk - tq), float("-inf"))
 
 
-def attention_case(name, seed, b, h, hk, tq, tk, dh, dv, score, causal):
-    gen = torch.Generator().manual_seed(seed)
-    q = randn(gen, b, h, tq, dh).requires_grad_(True)
+def draw_qkv(gen, b, h, hk, tq, tk, dh, dv, q_scale=1.0):
+    """q [B, H, Tq, Dh], k [B, Hk, Tk, Dh], v [B, Hk, Tk, Dv], all requiring gradients."""
+    q = randn(gen, b, h, tq, dh, scale=q_scale).requires_grad_(True)
     k = randn(gen, b, hk, tk, dh).requires_grad_(True)
     v = randn(gen, b, hk, tk, dv).requires_grad_(True)
-    r = randn(gen, b, h, tq, dv)
-    r_lse = randn(gen, b, h, tq)
+    return q, k, v
+
+
+def draw_loss_weights(gen, b, h, tq, dv):
+    """r [B, H, Tq, Dv] and r_lse [B, H, Tq]: the loss is sum(o * r) + sum(lse * r_lse)."""
+    return randn(gen, b, h, tq, dv), randn(gen, b, h, tq)
+
+
+def attend(s, v, h, hk):
+    """o = softmax(s) @ v and lse = logsumexp(s) for scores s [B, H, Tq, Tk'] (Tk' >= Tk: the
+    logits past the keys, a sink's, have no value); key/value heads repeated for grouped queries."""
+    weights = torch.softmax(s, dim=-1)[..., : v.shape[-2]]
+    return weights @ v.repeat_interleave(h // hk, dim=1), torch.logsumexp(s, dim=-1)
+
+
+def record(name, inputs, r, r_lse, o, lse, extra=()):
+    """The case's tensors in the file's order: its inputs (a dict, name -> tensor), `extra`, r,
+    r_lse, o, lse, then the loss's gradient with respect to each input."""
+    loss = (o * r).sum() + (lse * r_lse).sum()
+    grads = torch.autograd.grad(loss, list(inputs.values()))
+    out = [(f"{name}.{n}", t) for n, t in inputs.items()]
+    out += list(extra) + [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o),
+                          (f"{name}.lse", lse)]
+    out += [(f"{name}.grad.{n}", g) for n, g in zip(inputs, grads)]
+    return out
+
+
+def attention_case(name, seed, b, h, hk, tq, tk, dh, dv, score, causal):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = draw_qkv(gen, b, h, hk, tq, tk, dh, dv)
+    r, r_lse = draw_loss_weights(gen, b, h, tq, dv)
     s = scores(q, k, score)
     if causal:
         s = causal_masked(s)
-    lse = torch.logsumexp(s, dim=-1)
-    o = torch.softmax(s, dim=-1) @ v.repeat_interleave(h // hk, dim=1)
-    loss = (o * r).sum() + (lse * r_lse).sum()
-    grads = torch.autograd.grad(loss, [q, k, v])
-    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("r", r)]]
-    out += [(f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
-    out += [(f"{name}.grad.{n}", g) for n, g in zip("qkv", grads)]
-    return out
+    return record(name, {"q": q, "k": k, "v": v}, r, r_lse, *attend(s, v, h, hk))
 
 
 def sink_case(name, seed, b, h, hk, tq, tk, dh, dv):
     """Causal scaled-dot attention whose softmax has one more logit per head, the sink, with no
     value: o = softmax([s, sink_h])[..., :Tk] @ v, lse = logsumexp([s, sink_h])."""
     gen = torch.Generator().manual_seed(seed)
-    q = randn(gen, b, h, tq, dh).requires_grad_(True)
-    k = randn(gen, b, hk, tk, dh).requires_grad_(True)
-    v = randn(gen, b, hk, tk, dv).requires_grad_(True)
+    q, k, v = draw_qkv(gen, b, h, hk, tq, tk, dh, dv)
     sinks = randn(gen, h).requires_grad_(True)
-    r = randn(gen, b, h, tq, dv)
-    r_lse = randn(gen, b, h, tq)
-    s = scores(q, k, "scaled_dot")
-    s = causal_masked(s)
+    r, r_lse = draw_loss_weights(gen, b, h, tq, dv)
+    s = causal_masked(scores(q, k, "scaled_dot"))
     s = torch.cat([s, sinks.view(1, h, 1, 1).expand(b, h, tq, 1)], dim=-1)
-    lse = torch.logsumexp(s, dim=-1)
-    o = torch.softmax(s, dim=-1)[..., :tk] @ v.repeat_interleave(h // hk, dim=1)
-    loss = (o * r).sum() + (lse * r_lse).sum()
-    grads = torch.autograd.grad(loss, [q, k, v, sinks])
-    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("sinks", sinks)]]
-    out += [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
-    out += [(f"{name}.grad.{n}", g) for n, g in zip(["q", "k", "v", "sinks"], grads)]
-    return out
+    return record(name, {"q": q, "k": k, "v": v, "sinks": sinks}, r, r_lse, *attend(s, v, h, hk))
 
 
 def softcap_case(name, seed, b, h, tq, tk, dh, dv, cap, alibi, scale):
@@ -111,24 +125,13 @@ def softcap_case(name, seed, b, h, tq, tk, dh, dv, cap, alibi, scale):
     soft-capped before masking: s -> cap * tanh(s / cap). q is drawn `scale` times wider so the
     scores reach the cap."""
     gen = torch.Generator().manual_seed(seed)
-    q = randn(gen, b, h, tq, dh, scale=scale).requires_grad_(True)
-    k = randn(gen, b, h, tk, dh).requires_grad_(True)
-    v = randn(gen, b, h, tk, dv).requires_grad_(True)
-    r = randn(gen, b, h, tq, dv)
-    r_lse = randn(gen, b, h, tq)
+    q, k, v = draw_qkv(gen, b, h, h, tq, tk, dh, dv, q_scale=scale)
+    r, r_lse = draw_loss_weights(gen, b, h, tq, dv)
     s = scores(q, k, "scaled_dot")
     if alibi:
         s = s + alibi_bias(h, tk)
-    s = cap * torch.tanh(s / cap)
-    s = causal_masked(s)
-    lse = torch.logsumexp(s, dim=-1)
-    o = torch.softmax(s, dim=-1) @ v
-    loss = (o * r).sum() + (lse * r_lse).sum()
-    grads = torch.autograd.grad(loss, [q, k, v])
-    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("r", r)]]
-    out += [(f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
-    out += [(f"{name}.grad.{n}", g) for n, g in zip("qkv", grads)]
-    return out
+    s = causal_masked(cap * torch.tanh(s / cap))
+    return record(name, {"q": q, "k": k, "v": v}, r, r_lse, *attend(s, v, h, h))
 
 
 def query_minus_key(tq, tk):
@@ -141,11 +144,8 @@ def bias_case(name, seed, b, h, hk, tq, tk, dh, dv, causal, kind, settings=None)
     max_distance, bidirectional); "alibi": learned slopes; "dense_shared" [H, Tq, Tk];
     "dense_batched" [B, H, Tq, Tk])."""
     gen = torch.Generator().manual_seed(seed)
-    q = randn(gen, b, h, tq, dh).requires_grad_(True)
-    k = randn(gen, b, hk, tk, dh).requires_grad_(True)
-    v = randn(gen, b, hk, tk, dv).requires_grad_(True)
-    r = randn(gen, b, h, tq, dv)
-    r_lse = randn(gen, b, h, tq)
+    q, k, v = draw_qkv(gen, b, h, hk, tq, tk, dh, dv)
+    r, r_lse = draw_loss_weights(gen, b, h, tq, dv)
     delta = query_minus_key(tq, tk)
     extra = []
     if kind == "t5":
@@ -171,15 +171,8 @@ def bias_case(name, seed, b, h, hk, tq, tk, dh, dv, causal, kind, settings=None)
     s = scores(q, k, "scaled_dot") + bias
     if causal:
         s = causal_masked(s)
-    lse = torch.logsumexp(s, dim=-1)
-    o = torch.softmax(s, dim=-1) @ v.repeat_interleave(h // hk, dim=1)
-    loss = (o * r).sum() + (lse * r_lse).sum()
-    grads = torch.autograd.grad(loss, [q, k, v, theta])
-    out = [(f"{name}.{n}", t) for n, t in [("q", q), ("k", k), ("v", v), ("theta", theta)]]
-    out += extra + [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o),
-                    (f"{name}.lse", lse)]
-    out += [(f"{name}.grad.{n}", g) for n, g in zip(["q", "k", "v", "theta"], grads)]
-    return out
+    return record(name, {"q": q, "k": k, "v": v, "theta": theta}, r, r_lse, *attend(s, v, h, hk),
+                  extra=extra)
 
 
 def alibi_slopes(h):
@@ -194,24 +187,17 @@ def merge_case(name, seed, b, h, tq, dv):
     o_b = randn(gen, b, h, tq, dv).requires_grad_(True)
     lse_a = randn(gen, b, h, tq, scale=3.0).requires_grad_(True)
     lse_b = randn(gen, b, h, tq, scale=3.0).requires_grad_(True)
-    r = randn(gen, b, h, tq, dv)
-    r_lse = randn(gen, b, h, tq)
+    r, r_lse = draw_loss_weights(gen, b, h, tq, dv)
     lse = torch.logaddexp(lse_a, lse_b)
     o = torch.exp(lse_a - lse).unsqueeze(-1) * o_a + torch.exp(lse_b - lse).unsqueeze(-1) * o_b
-    loss = (o * r).sum() + (lse * r_lse).sum()
-    inputs = {"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b}
-    grads = torch.autograd.grad(loss, list(inputs.values()))
-    out = [(f"{name}.{n}", t) for n, t in inputs.items()]
-    out += [(f"{name}.r", r), (f"{name}.r_lse", r_lse), (f"{name}.o", o), (f"{name}.lse", lse)]
-    out += [(f"{name}.grad.{n}", g) for n, g in zip(inputs, grads)]
-    return out
+    return record(name, {"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b}, r, r_lse, o, lse)
 
 
 def main():
     torch.set_num_threads(1)  # same summation order every run
     tensors = []
-    # Grouped queries (4 query heads on 2 key/value heads), Dv != Dh, small head sizes, odd lengths past one
-    # 128-wide tile of attn's fused path; causal with Tq < Tk and not.
+    # Grouped queries (4 query heads on 2 key/value heads), Dv != Dh, small head sizes, odd
+    # lengths past one 128-wide tile of attn's fused path; causal with Tq < Tk and not.
     tensors += attention_case("lse_causal", 1, 1, 4, 2, 37, 133, 4, 3, "scaled_dot", True)
     tensors += attention_case("lse_full", 2, 1, 2, 1, 130, 70, 3, 2, "scaled_dot", False)
     # A score with beta_q != 0: its -|q|^2 is in the log-sum-exp, though it cancels in softmax.
