@@ -240,6 +240,17 @@ TEST_CASE("gradients: layer_norm with respect to x, gamma and beta") {
         {randn({dim(), d}), randn({d}), randn({d})}, 1e-5);
 }
 
+TEST_CASE("gradients: rms_norm with respect to x and gamma") {
+  const attn::index_t d = dim(2, 80);
+  check([](const Vars& v) { return attn::rms_norm(v[0], v[1]); },
+        {randn({dim(), dim(), d}), randn({d})}, 1e-5);
+  check([](const Vars& v) { return attn::rms_norm(v[0], v[1], 0.5); },
+        {randn({dim(), d}), randn({d})}, 1e-5);
+  // Through an expression on both sides (each operand evaluated once).
+  check([](const Vars& v) { return attn::rms_norm(2.0 * v[0], v[1] + 1.0) * v[0]; },
+        {randn({3, d}), randn({d})}, 1e-5);
+}
+
 TEST_CASE("gradients: embedding with repeated ids") {
   const attn::index_t vocab = dim(3, 7), d = dim(1, 70);
   Tensor<std::int32_t> ids({2, 5});

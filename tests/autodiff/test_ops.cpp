@@ -154,6 +154,33 @@ TEST_CASE("layer_norm normalises each row") {
       attn::shape_error);
 }
 
+TEST_CASE("rms_norm divides each row by its root mean square, then scales it") {
+  attn::Rng rng(6);
+  attn::Tape<double> tape;
+  const Tensor<double> xv = Tensor<double>::randn({5, 17}, rng, 1.0, 3.0);
+  const Tensor<double> gv = Tensor<double>::randn({17}, rng);
+  const double eps = 0.25;
+  auto y = attn::rms_norm(tape.leaf(xv), tape.leaf(gv), eps);
+  for (index_t r = 0; r < 5; ++r) {
+    double ms = 0;  // the formula, summed plainly
+    for (index_t j = 0; j < 17; ++j) ms += xv(r, j) * xv(r, j);
+    const double rms = std::sqrt(ms / 17 + eps);
+    for (index_t j = 0; j < 17; ++j)
+      CHECK(y.value()(r, j) == doctest::Approx(gv[j] * xv(r, j) / rms).epsilon(1e-14));
+  }
+  // eps = 0, γ = 1: every row's mean square is 1.
+  auto unit = attn::rms_norm(tape.leaf(xv), tape.leaf(Tensor<double>::ones({17})), 0.0);
+  for (index_t r = 0; r < 5; ++r) {
+    double ms = 0;
+    for (index_t j = 0; j < 17; ++j) ms += unit.value()(r, j) * unit.value()(r, j) / 17;
+    CHECK(ms == doctest::Approx(1.0).epsilon(1e-14));
+  }
+  CHECK(attn::test::message_of([&] {
+          (void)attn::rms_norm(tape.leaf(xv), tape.leaf(Tensor<double>({16})));
+        }).find("rms_norm: gamma [16] must have the last dimension of x [5, 17]") == 0);
+  CHECK_THROWS_AS(attn::rms_norm(tape.leaf(xv), tape.leaf(gv), -1.0), attn::value_error);
+}
+
 TEST_CASE("embedding picks rows and rejects ids outside the table") {
   attn::Tape<float> tape;
   auto w = tape.leaf(Tensor<float>({3, 2}, {0, 1, 10, 11, 20, 21}));

@@ -79,6 +79,43 @@ TEST_CASE("nn::Linear, nn::LayerNorm, nn::MLP: parameter gradients by finite dif
   }
 }
 
+TEST_CASE("nn::RMSNorm, nn::SwiGLU: parameter gradients by finite differences") {
+  attn::Rng rng(3);
+  const Tensor<double> x = Tensor<double>::randn({2, 3, 5}, rng);
+  SUBCASE("RMSNorm") {
+    nn::RMSNorm<double> norm(5, 1e-5);
+    norm.weight.value = Tensor<double>::randn({5}, rng);
+    attn::test::check_module_gradients(
+        norm, weighted_sum(x, {2, 3, 5}, [&](const Var<double>& v) { return norm(v); }));
+  }
+  SUBCASE("SwiGLU") {
+    nn::SwiGLU<double> mlp(5, 7, 0.5, 0.3, rng);
+    attn::test::check_module_gradients(
+        mlp, weighted_sum(x, {2, 3, 5}, [&](const Var<double>& v) { return mlp(v); }), 3);
+    // Its parameters: three bias-free projections, named as they are visited.
+    std::vector<std::string> names;
+    mlp.for_each_parameter([&](const std::string& n, auto&) { names.push_back(n); }, "mlp");
+    CHECK(names == std::vector<std::string>{"mlp.gate.weight", "mlp.up.weight", "mlp.down.weight"});
+    // Its value: the formula, element by element.
+    Tape<double> tape;
+    const Tensor<double> y = mlp(tape.leaf(x)).value();
+    const auto& Wg = mlp.gate.weight.value;
+    const auto& Wu = mlp.up.weight.value;
+    const auto& Wd = mlp.down.weight.value;
+    for (index_t r = 0; r < 6; ++r)
+      for (index_t o = 0; o < 5; ++o) {
+        double want = 0;
+        for (index_t h = 0; h < 7; ++h) {
+          double g = 0, u = 0;
+          for (index_t i = 0; i < 5; ++i)
+            g += Wg(h, i) * x[r * 5 + i], u += Wu(h, i) * x[r * 5 + i];
+          want += Wd(o, h) * (g / (1 + std::exp(-g))) * u;
+        }
+        CHECK(y[r * 5 + o] == doctest::Approx(want).epsilon(1e-12));
+      }
+  }
+}
+
 TEST_CASE("nn::TransformerBlock: pre-LN and post-LN gradients by finite differences") {
   attn::Rng rng(2);
   const Tensor<double> x = Tensor<double>::randn({2, 4, 8}, rng);

@@ -1,5 +1,6 @@
 // attn/autodiff/nn_ops.hpp: the neural-network primitives with hand-written backward: softmax,
-// log_softmax, layer_norm, embedding, cross_entropy, dropout. All work along the last axis.
+// log_softmax, layer_norm, rms_norm, embedding, cross_entropy, dropout. All work along the last
+// axis.
 // Does not hold parameters; nn/ modules own them and call these.
 #pragma once
 
@@ -150,6 +151,45 @@ struct LayerNormOp {
           if (gb) gb[j] += dy;
         }
       }
+    });
+  }
+};
+
+struct RmsNormOp {
+  std::int32_t x, gamma;
+  // self.saved[0] holds [R]: each row's 1/rms.
+
+  // x̂ = x / rms, y = γ x̂. With dx̂ = dy γ:  dγ = Σ_rows dy x̂,  dx = (1/rms)(dx̂ − x̂ mean(dx̂ x̂)).
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    const Tensor<T>& xv = tape.value(x);
+    const index_t D = xv.shape().last(), R = row_count(xv);
+    const T* inv = self.saved[0].data();
+    const T* gy = self.grad->data();
+    const T* g = tape.value(gamma).data();
+    const T* xd = xv.data();
+    if (tape.requires_grad(x)) {
+      const auto dx = tape.grad_write(x);
+      parallel_for(R, double(D) * 8, [&](index_t r) {
+        const T rr = inv[r];
+        const T* xr = xd + r * D;
+        const T* gr = gy + r * D;
+        const T m = lane_sum<T>(D, [&](index_t j) { return gr[j] * g[j] * (xr[j] * rr); }) / T(D);
+        T* out = dx.data + r * D;
+        if (dx.accumulate)
+          for (index_t j = 0; j < D; ++j) out[j] += rr * (gr[j] * g[j] - xr[j] * rr * m);
+        else
+          for (index_t j = 0; j < D; ++j) out[j] = rr * (gr[j] * g[j] - xr[j] * rr * m);
+      });
+    }
+    if (!tape.requires_grad(gamma)) return;
+    T* gg = tape.grad(gamma).data();
+    // Column blocks: each column's sum over rows runs on one thread, in row order.
+    constexpr index_t cb = 64;
+    parallel_for(block_count(D, cb), double(R * cb) * 3, [&](index_t blk) {
+      const index_t c0 = blk * cb, c1 = std::min(D, c0 + cb);
+      for (index_t r = 0; r < R; ++r)
+        for (index_t j = c0; j < c1; ++j) gg[j] += gy[r * D + j] * xd[r * D + j] * inv[r];
     });
   }
 };
@@ -334,6 +374,42 @@ auto layer_norm(const X& x_in, const G& gamma_in, const B& beta_in, double eps =
     for (index_t j = 0; j < D; ++j) yv[r * D + j] = g[j] * (xr[j] - T(mu)) * rstd + b[j];
   });
   tape.set_backward(node, detail::LayerNormOp{x.index(), gamma.index(), beta.index()});
+  return y;
+}
+
+// Root-mean-square normalisation over the last axis ("Root Mean Square Layer Normalization",
+// Biao Zhang and Rico Sennrich): y = γ x / √(mean(x²) + eps), no centring and no bias, as
+// Llama's RMSNorm and PyTorch's nn.RMSNorm compute it (eps inside the root).
+template <Operand X, Operand G>
+auto rms_norm(const X& x_in, const G& gamma_in, double eps = 1e-6) {
+  const auto x = eval(x_in);
+  const auto gamma = eval(gamma_in);
+  using T = typename decltype(x)::value_type;
+  Tape<T>& tape = x.tape();
+  tape.check(x, "rms_norm");
+  tape.check(gamma, "rms_norm");
+  const index_t D = x.shape().last();
+  ATTN_CHECK(gamma.numel() == D, shape_error, "rms_norm: gamma ", gamma.shape(),
+             " must have the last dimension of x ", x.shape());
+  ATTN_CHECK(eps >= 0, value_error, "rms_norm: eps must be >= 0, got ", eps);
+  auto [y, node] = tape.push(x.shape(), "rms_norm", x.requires_grad() || gamma.requires_grad());
+  const index_t R = detail::row_count(x.value());
+  node.saved.resize(1);
+  node.saved[0].resize(Shape{R});
+  T* inv = node.saved[0].data();
+  const T* xv = x.value().data();
+  const T* g = gamma.value().data();
+  T* yv = node.value->data();
+  parallel_for(R, double(D) * 4, [&](index_t r) {
+    const T* xr = xv + r * D;
+    const double ms =
+        detail::lane_sum<double, 8>(D, [&](index_t j) { return double(xr[j]) * double(xr[j]); }) /
+        double(D);
+    const T rr = T(1.0 / std::sqrt(ms + eps));
+    inv[r] = rr;
+    for (index_t j = 0; j < D; ++j) yv[r * D + j] = g[j] * (xr[j] * rr);
+  });
+  tape.set_backward(node, detail::RmsNormOp{x.index(), gamma.index()});
   return y;
 }
 

@@ -1,5 +1,6 @@
 // attn/nn/layers.hpp: the small modules a transformer is built from: Linear, Embedding, LayerNorm,
-// Dropout and the GELU MLP, each a plain struct owning its parameters with a named visitor.
+// RMSNorm, Dropout, the GELU MLP and the SwiGLU one, each a plain struct owning its parameters
+// with a named visitor.
 // Does not hide the tape: a module's call takes Vars and records onto their tape.
 #pragma once
 
@@ -86,6 +87,24 @@ struct LayerNorm {
   }
 };
 
+// y = γ ⊙ x / √(mean(x²) + ε) over the last axis (rms_norm: no centring, no bias; Llama's
+// normalisation); γ = 1 at initialisation.
+template <class T = float>
+struct RMSNorm {
+  Parameter<T> weight;  // γ [D]
+  double eps = 1e-6;
+
+  RMSNorm() = default;
+  explicit RMSNorm(index_t dim, double eps_ = 1e-6) : weight(Tensor<T>::ones({dim})), eps(eps_) {}
+
+  Var<T> operator()(const Var<T>& x) { return rms_norm(x, x.tape().param(weight), eps); }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    f(join_name(prefix, "weight"), weight);
+  }
+};
+
 // Inverted dropout with its own seeded stream; the identity when not training or p = 0.
 struct Dropout {
   double p = 0.0;
@@ -120,6 +139,33 @@ struct MLP {
   void for_each_parameter(F&& f, std::string_view prefix = "") {
     fc.for_each_parameter(f, join_name(prefix, "fc"));
     proj.for_each_parameter(f, join_name(prefix, "proj"));
+  }
+};
+
+// The gated feed-forward network of Llama-style models ("GLU Variants Improve Transformer",
+// Noam Shazeer): down(SiLU(gate(x)) ⊙ up(x)), SiLU(z) = z·σ(z), three bias-free projections.
+template <class T = float>
+struct SwiGLU {
+  Linear<T> gate;  // [hidden, D]
+  Linear<T> up;    // [hidden, D]
+  Linear<T> down;  // [D, hidden]
+
+  SwiGLU() = default;
+  SwiGLU(index_t dim, index_t hidden, double std, double down_std, Rng& rng)
+      : gate(dim, hidden, false, std, rng),
+        up(dim, hidden, false, std, rng),
+        down(hidden, dim, false, down_std, rng) {}
+
+  Var<T> operator()(const Var<T>& x) {
+    const Var<T> g = gate(x);
+    return down(g * sigmoid(g) * up(x));
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    gate.for_each_parameter(f, join_name(prefix, "gate"));
+    up.for_each_parameter(f, join_name(prefix, "up"));
+    down.for_each_parameter(f, join_name(prefix, "down"));
   }
 };
 
