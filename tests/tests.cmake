@@ -21,6 +21,7 @@ attn_add_test(attention attention/test_attention_misc.cpp attention/test_identit
               attention/test_non_finite.cpp
               attention/test_masks.cpp RUN_HEAVY)
 attn_add_test(attention_torch_parity attention/test_torch_parity.cpp attention/test_kernel_features.cpp
+              attention/test_rotary_hf.cpp
               attention/test_learned_bias.cpp DATA)
 attn_add_test(optim optim/test_optimizers.cpp optim/test_schedules.cpp dist/test_shard.cpp DATA)
 # Programs that must not compile, each with the concept or static_assert it must trip.

@@ -100,6 +100,15 @@ inline ReferenceFile load_reference(const std::string& path, const std::string& 
   return parse_reference(in, path, format_line);
 }
 
+// The tensor `name` of `file`: a failed REQUIRE naming the problem when the file could not be read
+// or does not hold it.
+inline const Tensor<double>& tensor(const ReferenceFile& file, const std::string& name) {
+  REQUIRE_MESSAGE(file.error.empty(), file.error);
+  const auto it = file.tensors.find(name);
+  REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
+  return it->second;
+}
+
 // Prints every max difference when ATTN_PARITY_VERBOSE is set (for reports).
 inline bool verbose() {
   static const bool on = std::getenv("ATTN_PARITY_VERBOSE") != nullptr;

@@ -63,11 +63,7 @@ inline const torch_reference::ReferenceFile& torch_kernels_file() {
 
 // The tensor `name` of data/torch_kernels.txt (a failed REQUIRE when the file or it is missing).
 inline const attn::Tensor<double>& torch_value(const std::string& name) {
-  const auto& file = torch_kernels_file();
-  REQUIRE_MESSAGE(file.error.empty(), file.error);
-  const auto it = file.tensors.find(name);
-  REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
-  return it->second;
+  return torch_reference::tensor(torch_kernels_file(), name);
 }
 #endif
 

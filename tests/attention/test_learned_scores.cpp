@@ -192,6 +192,11 @@ void check_threads(Module& mod, const Tensor<float>& x) {
   }
 }
 
+// score::Rotary with GPT-NeoX's and Llama's pairs (x_c, x_{c+Dh/2}): every check below again.
+struct RotaryHalves : score::Rotary {
+  RotaryHalves() { pairs = attn::RotaryPairs::halves; }
+};
+
 }  // namespace
 
 // ---- every score, the same checks ---------------------------------------------------------------
@@ -200,8 +205,8 @@ void check_threads(Module& mod, const Tensor<float>& x) {
 TEST_CASE_TEMPLATE(
     "each score: the module equals its formula, its gradients finite differences, "
     "decoding the full pass, threads bitwise",
-    S, score::Bilinear, score::Rotary, score::Cosine, score::Additive, score::Synthesizer,
-    score::Alibi) {
+    S, score::Bilinear, score::Rotary, RotaryHalves, score::Cosine, score::Additive,
+    score::Synthesizer, score::Alibi) {
   constexpr bool key_free = attn::score_form<S>() == attn::ScoreForm::key_free;
   attn::Rng rng(4);
   const Tensor<double> x = Tensor<double>::randn({2, 6, 8}, rng);
@@ -366,6 +371,38 @@ TEST_CASE("rotary_rotation and unit_rows: values and gradients by finite differe
   CHECK(attn::test::message_of<attn::shape_error>([&] {
           attn::rotary_rotation(tape.leaf(Tensor<double>(Shape{1, 1, 2, 3})), 0);
         }).find("the head width must be even") != std::string::npos);
+}
+
+TEST_CASE("rotary_rotation in halves: the adjacent rotation of the coordinates interleaved") {
+  // Pair c is (x_c, x_{c+D/2}) in halves and (x_{2c}, x_{2c+1}) adjacent, with the same angle:
+  // interleaving the halves, rotating adjacent pairs and splitting them back is the halves
+  // rotation.
+  attn::Rng rng(7);
+  const index_t D = 8;
+  const Tensor<double> x = Tensor<double>::randn({2, 3, 5, D}, rng);
+  Tensor<double> woven(x.shape());
+  for (index_t r = 0; r < x.numel() / D; ++r)
+    for (index_t c = 0; c < D / 2; ++c) {
+      woven[r * D + 2 * c] = x[r * D + c];
+      woven[r * D + 2 * c + 1] = x[r * D + c + D / 2];
+    }
+  Tape<double> tape;
+  const auto halves = attn::RotaryPairs::halves;
+  const Tensor<double> y = attn::rotary_rotation(tape.leaf(x), 11, 500.0, halves).value();
+  const Tensor<double> z = attn::rotary_rotation(tape.leaf(woven), 11, 500.0).value();
+  for (index_t r = 0; r < x.numel() / D; ++r)
+    for (index_t c = 0; c < D / 2; ++c) {
+      CHECK(y[r * D + c] == z[r * D + 2 * c]);
+      CHECK(y[r * D + c + D / 2] == z[r * D + 2 * c + 1]);
+    }
+  const Tensor<double> w = Tensor<double>::randn(x.shape(), rng);
+  const attn::GradientCheck fd = attn::check_gradient(
+      [&](const std::vector<Var<double>>& v) {
+        return attn::sum(attn::rotary_rotation(v[0], 3, 10000.0, halves) * v[0].tape().leaf(w));
+      },
+      {x});
+  INFO(fd.report());
+  CHECK(fd.ok);
 }
 
 TEST_CASE("score::Cosine: the scale starts at sqrt(Dh) and bounds the scores") {

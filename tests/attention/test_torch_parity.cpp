@@ -53,11 +53,7 @@ const ReferenceFile& reference() {
 
 // The tensor `name`, or a failed REQUIRE naming it.
 const Tensor<double>& need(const std::string& name) {
-  const ReferenceFile& file = reference();
-  REQUIRE_MESSAGE(file.error.empty(), file.error);
-  const auto it = file.tensors.find(name);
-  REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
-  return it->second;
+  return torch_reference::tensor(reference(), name);
 }
 
 // Rows [r0, r1) of a rank-1 or rank-2 tensor.

@@ -42,10 +42,7 @@ const Tensor<double>& need(const std::string& name) {
   static const ReferenceFile file = torch_reference::load_reference(
       std::string(ATTN_TESTS_SOURCE_DIR) + "/optim/data/torch_optim.txt", format_line,
       "/usr/bin/python3 tests/optim/torch_optim_reference.py");
-  REQUIRE_MESSAGE(file.error.empty(), file.error);
-  const auto it = file.tensors.find(name);
-  REQUIRE_MESSAGE(it != file.tensors.end(), "reference tensor '", name, "' is not in the file");
-  return it->second;
+  return torch_reference::tensor(file, name);
 }
 
 // Prints every comparison's worst ratio when ATTN_OPTIM_VERBOSE is set (for reports).

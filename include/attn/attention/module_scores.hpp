@@ -266,12 +266,15 @@ struct Bilinear {
 // θ_c = base^{−2c/Dh}, and then ScaledDot:
 //     s_ij = (R_{p_i} q_i)·(R_{p_j} k_j) / √Dh = q_iᵀ R_{p_j − p_i} k_j / √Dh,
 // a function of the relative position only, with no parameters and nothing added to the input.
-// Decoding rotates each new key once at its own position and caches it rotated. Dh must be even.
+// `pairs` says which coordinates form pair c: adjacent ones (x_{2c}, x_{2c+1}), the paper's, or
+// halves (x_c, x_{c+Dh/2}), GPT-NeoX's and Llama's; `base` is Llama's rope_theta. Decoding
+// rotates each new key once at its own position and caches it rotated. Dh must be even.
 struct Rotary {
   static constexpr const char* name = "rotary";
   static constexpr ScoreForm form = ScoreForm::transformed;
   using inner = ScaledDot;
   double base = 10000.0;  // the paper's
+  RotaryPairs pairs = RotaryPairs::adjacent;
 
   // No parameters; the constructor checks the head width once, where the config is read.
   template <class T>
@@ -286,11 +289,11 @@ struct Rotary {
 
   template <class T>
   Var<T> transform_q(Params<T>&, const Var<T>& q, index_t position0) const {
-    return rotary_rotation(q, position0, base);
+    return rotary_rotation(q, position0, base, pairs);
   }
   template <class T>
   Var<T> transform_k(Params<T>&, const Var<T>& k, index_t position0) const {
-    return rotary_rotation(k, position0, base);
+    return rotary_rotation(k, position0, base, pairs);
   }
   template <class T>
   double reference(const Params<T>&, index_t, index_t, const double* q, const double* k, index_t d,
@@ -299,10 +302,12 @@ struct Rotary {
     for (index_t c = 0; c < d / 2; ++c) {
       const double theta = std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(d));
       const double ai = static_cast<double>(pi) * theta, aj = static_cast<double>(pj) * theta;
-      const double q0 = q[2 * c] * std::cos(ai) - q[2 * c + 1] * std::sin(ai);
-      const double q1 = q[2 * c] * std::sin(ai) + q[2 * c + 1] * std::cos(ai);
-      const double k0 = k[2 * c] * std::cos(aj) - k[2 * c + 1] * std::sin(aj);
-      const double k1 = k[2 * c] * std::sin(aj) + k[2 * c + 1] * std::cos(aj);
+      const index_t u = pairs == RotaryPairs::adjacent ? 2 * c : c;
+      const index_t w = pairs == RotaryPairs::adjacent ? 2 * c + 1 : c + d / 2;
+      const double q0 = q[u] * std::cos(ai) - q[w] * std::sin(ai);
+      const double q1 = q[u] * std::sin(ai) + q[w] * std::cos(ai);
+      const double k0 = k[u] * std::cos(aj) - k[w] * std::sin(aj);
+      const double k1 = k[u] * std::sin(aj) + k[w] * std::cos(aj);
       s += q0 * k0 + q1 * k1;
     }
     return s / std::sqrt(static_cast<double>(d));

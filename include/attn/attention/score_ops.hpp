@@ -13,6 +13,13 @@
 
 namespace attn {
 
+// Which coordinates of a head turn together under the rotary rotation, pair c < D/2:
+//   adjacent: (x_{2c}, x_{2c+1}), the RoFormer paper's;
+//   halves:   (x_c, x_{c+D/2}), GPT-NeoX's and Llama's ("rotate_half" in their code).
+// The same angles θ_c; the two differ by a fixed permutation of the coordinates, so a model
+// trained with one needs that one to load its weights.
+enum class RotaryPairs { adjacent, halves };
+
 namespace detail {
 
 struct RowsGeometry {
@@ -43,39 +50,43 @@ void rotary_table(index_t p0, index_t rows, index_t d, double base, Tensor<T>& c
   }
 }
 
-// Every pair (a_{2c}, a_{2c+1}) of every row t of a [B, N, T, D] turned by the angle whose cos
-// and sin are in the tables [T, D/2], backwards (sign −1: the transposed rotation) or forwards,
-// into o (added to it when `add`):  o_{2c} = a_{2c} cos − s a_{2c+1} sin,
-//                                   o_{2c+1} = s a_{2c} sin + a_{2c+1} cos,   s = sign.
+// Every pair (a_u, a_w) of every row t of a [B, N, T, D] (u, w: pair c's coordinates in the
+// layout `p`) turned by the angle whose cos and sin are in the tables [T, D/2], backwards (sign
+// −1: the transposed rotation) or forwards, into o (added to it when `add`):
+//     o_u = a_u cos − s a_w sin,   o_w = s a_u sin + a_w cos,   s = sign.
 template <class T>
 void rotate_pairs(const RowsGeometry& g, const T* cs, const T* sn, const T* a, T* o, T sign,
-                  bool add) {
+                  bool add, RotaryPairs p) {
   const index_t pairs = g.D / 2;
+  const index_t u_step = p == RotaryPairs::adjacent ? 2 : 1;     // u = c·u_step
+  const index_t w_off = p == RotaryPairs::adjacent ? 1 : pairs;  // w = u + w_off
   parallel_for(g.B * g.N * g.T, 6.0 * double(g.D), [&](index_t r) {
     const index_t t = r % g.T;
     const T* x = a + r * g.D;
     T* y = o + r * g.D;
     for (index_t c = 0; c < pairs; ++c) {
+      const index_t u = c * u_step, w = u + w_off;
       const T co = cs[t * pairs + c], si = sign * sn[t * pairs + c];
-      const T y0 = x[2 * c] * co - x[2 * c + 1] * si, y1 = x[2 * c] * si + x[2 * c + 1] * co;
-      y[2 * c] = add ? y[2 * c] + y0 : y0;
-      y[2 * c + 1] = add ? y[2 * c + 1] + y1 : y1;
+      const T y0 = x[u] * co - x[w] * si, y1 = x[u] * si + x[w] * co;
+      y[u] = add ? y[u] + y0 : y0;
+      y[w] = add ? y[w] + y1 : y1;
     }
   });
 }
 
-// y = R_t x per pair (x_{2c}, x_{2c+1}) of row t; R_t is a rotation, so dx = R_tᵀ dy:
-//   dx_{2c} = dy_{2c} cos + dy_{2c+1} sin,   dx_{2c+1} = −dy_{2c} sin + dy_{2c+1} cos.
+// y = R_t x per pair (x_u, x_w) of row t; R_t is a rotation, so dx = R_tᵀ dy:
+//   dx_u = dy_u cos + dy_w sin,   dx_w = −dy_u sin + dy_w cos.
 // self.saved[0], [1]: the cos and sin tables [T, D/2].
 struct RotaryOp {
   std::int32_t x;
   RowsGeometry g;
+  RotaryPairs pairs;
 
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     if (!tape.requires_grad(x)) return;
     rotate_pairs(g, self.saved[0].data(), self.saved[1].data(), self.grad->data(),
-                 tape.grad(x).data(), T{-1}, true);
+                 tape.grad(x).data(), T{-1}, true, pairs);
   }
 };
 
@@ -135,13 +146,15 @@ struct UnitRowsOp {
 }  // namespace detail
 
 // Rotary position embedding (Su et al., "RoFormer: Enhanced Transformer with Rotary Position
-// Embedding"): x [B, N, T, D] with D even; row t is at position p0 + t, and its pair
-// (x_{2c}, x_{2c+1}), c < D/2, turns by the angle (p0 + t) θ_c, θ_c = base^{−2c/D}:
-//     y_{2c} = x_{2c} cos − x_{2c+1} sin,   y_{2c+1} = x_{2c} sin + x_{2c+1} cos.
+// Embedding"): x [B, N, T, D] with D even; row t is at position p0 + t, and its pair c < D/2,
+// (x_u, x_w) = (x_{2c}, x_{2c+1}) (`pairs` adjacent, the paper's) or (x_c, x_{c+D/2}) (halves,
+// GPT-NeoX's and Llama's), turns by the angle (p0 + t) θ_c, θ_c = base^{−2c/D}:
+//     y_u = x_u cos − x_w sin,   y_w = x_u sin + x_w cos.
 // A rotation keeps lengths, and R_pᵀ R_p' = R_{p'−p}: q rotated at p dotted with k rotated at p'
 // depends on the positions through p' − p only.
 template <class T>
-Var<T> rotary_rotation(const Var<T>& x, index_t position0, double base = 10000.0) {
+Var<T> rotary_rotation(const Var<T>& x, index_t position0, double base = 10000.0,
+                       RotaryPairs pairs = RotaryPairs::adjacent) {
   Tape<T>& tape = x.tape();
   tape.check(x, "rotary_rotation");
   const detail::RowsGeometry g = detail::rows_geometry(x.shape(), "rotary_rotation");
@@ -152,8 +165,8 @@ Var<T> rotary_rotation(const Var<T>& x, index_t position0, double base = 10000.0
   node.saved.resize(2);
   detail::rotary_table(position0, g.T, g.D, base, node.saved[0], node.saved[1]);
   detail::rotate_pairs(g, node.saved[0].data(), node.saved[1].data(), x.value().data(),
-                       node.value->data(), T{1}, false);
-  if (node.requires_grad) tape.set_backward(node, detail::RotaryOp{x.index(), g});
+                       node.value->data(), T{1}, false, pairs);
+  if (node.requires_grad) tape.set_backward(node, detail::RotaryOp{x.index(), g, pairs});
   return y;
 }
 
