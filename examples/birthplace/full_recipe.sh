@@ -10,28 +10,44 @@
 #   examples/birthplace/full_recipe.sh                 # both variants, seed 1, in the background:
 #   (setsid nice -n 19 examples/birthplace/full_recipe.sh >> runs/birthplace_full/log.txt 2>&1 &)
 #   kill -STOP -- -PGID / kill -CONT -- -PGID          # pause / continue it (benchmarks)
+#   examples/birthplace/full_recipe.sh keep            # copy the study's state into KEEP (commit it)
+#
+# A lost machine takes runs/ with it. So that it costs minutes and not the hours of pretraining
+# done, `keep` copies what the study cannot recompute quickly into KEEP (studies/birthplace_full,
+# committed): results.csv, the London baseline, the evaluations and predictions, the pretraining
+# logs, binaries.txt, and each unfinished pretraining checkpoint (xz, about 36 MB). A start on a
+# machine whose OUT lacks any of them restores it from KEEP (never replacing a file of OUT).
+#
+# Every part of a study runs the code of one commit, the first line of binaries.txt. A machine
+# without the study's binary (a new one) builds that commit (a git worktree under runs/src-COMMIT,
+# preset release) and appends a line to binaries.txt naming the binary, its SHA-256, the CPU and the
+# pretraining steps reached: the same code, compiled for the new CPU, continues the run from its
+# checkpoint (its bits may differ from the old binary's from then on: -march=native and OpenBLAS's
+# kernels follow the CPU).
 #
 # Where the kernel groups processes by session (sched_autogroup_enabled = 1, the default of many
 # distributions), setsid starts a new group that gets as much CPU as all the others together, nice
 # or not: the study then halves the speed of everything else. So the script lowers its own group's
 # priority (/proc/self/autogroup) to nice 19: it takes only what the other programs leave.
 #
-# Variables: OUT (runs/birthplace_full), VARIANTS ("vanilla synthesizer"), SEED (1), THREADS (2),
+# Variables: OUT (runs/birthplace_full), KEEP (studies/birthplace_full), VARIANTS ("vanilla synthesizer"), SEED (1), THREADS (2),
 # MICRO (--micro-batch, 32), READOUTS (pretraining epochs to finetune and evaluate, "100 200 400
 # 650"; the last must be EPOCHS), EPOCHS (650), FINETUNE and FINETUNE_SCRATCH (finetuning epochs
 # after and without pretraining, 10 and 75), BIN (the program to use for a new study). A quick
 # check of the script itself: OUT=/tmp/q EPOCHS=1 READOUTS=1 FINETUNE=0.125 FINETUNE_SCRATCH=0.125.
 #
-# Every part of a study runs one binary: the first start copies BIN (built from the checked-out
-# tree with `cmake --build --preset release --target birthplace` when BIN is not given) to
-# runs/bin/birthplace-<commit> and records its path and SHA-256 in OUT/binary.txt; later starts use
-# that file and refuse to go on if it has changed. Results go to OUT/results.csv, one row per
+# On one machine every part of a study runs one binary: the first start copies BIN (built from the
+# checked-out tree with `cmake --build --preset release --target birthplace` when BIN is not given)
+# to runs/bin/birthplace-<commit> and records its path and SHA-256 in OUT/binary.txt; later starts
+# use that file and refuse to go on if it has changed. Results go to OUT/results.csv, one row per
 # evaluated model: variant,pretrain_epochs,seed,correct,total,london,chance,p (pretrain_epochs 0
-# for the control). Summarise with examples/birthplace/full_summary.py OUT DEST.
+# for the control, which runs after the variants). Summarise with
+# examples/birthplace/full_summary.py OUT DEST.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 OUT=${OUT:-runs/birthplace_full}
+KEEP=${KEEP:-studies/birthplace_full}
 VARIANTS=${VARIANTS:-"vanilla synthesizer"}
 SEED=${SEED:-1}
 THREADS=${THREADS:-2}
@@ -41,6 +57,7 @@ READOUTS=${READOUTS:-"100 200 400 650"}
 FINETUNE=${FINETUNE:-10}
 FINETUNE_SCRATCH=${FINETUNE_SCRATCH:-75}
 die() { echo "full_recipe.sh: $*" >&2; exit 1; }
+(($# == 0)) || [[ $* == keep ]] || die "unknown arguments '$*' (none, or keep)"
 
 for e in $READOUTS; do
   [[ $e =~ ^[1-9][0-9]*$ && $e -le $EPOCHS ]] || die "READOUTS: '$e' is not an epoch in 1..$EPOCHS"
@@ -49,32 +66,6 @@ done
 for v in $VARIANTS; do
   [[ $v =~ ^(vanilla|synthesizer|euclidean)$ ]] || die "VARIANTS: unknown variant '$v'"
 done
-mkdir -p "$OUT" runs/bin
-if [[ -w /proc/self/autogroup ]]; then echo 19 > /proc/self/autogroup || true; fi
-
-# One study at a time: a second start waits for nothing and says so.
-exec 9>>"$OUT/lock"
-flock -n 9 || die "$OUT is in use by another full_recipe.sh (its lock is $OUT/lock)"
-
-# ---- the binary of the study
-if [[ ! -f $OUT/binary.txt ]]; then
-  if [[ -z ${BIN:-} ]]; then
-    [[ -z $(git status --porcelain -- include examples src CMakeLists.txt cmake) ]] ||
-      die "the tree has uncommitted changes: commit them, or give BIN"
-    cmake --preset release >/dev/null
-    cmake --build --preset release --target birthplace >/dev/null
-    BIN=build/release/examples/birthplace/birthplace
-  fi
-  [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
-  kept=runs/bin/birthplace-$(git rev-parse --short=7 HEAD)
-  [[ -e $kept ]] && ! cmp -s "$BIN" "$kept" && kept=$kept-$(sha256sum "$BIN" | cut -c1-8)
-  [[ -e $kept ]] || { cp "$BIN" "$kept.tmp" && mv "$kept.tmp" "$kept"; }
-  printf '%s %s\n' "$kept" "$(sha256sum "$kept" | cut -d' ' -f1)" >"$OUT/binary.txt.tmp"
-  mv "$OUT/binary.txt.tmp" "$OUT/binary.txt"
-fi
-read -r BIN sum <"$OUT/binary.txt"
-[[ $(sha256sum "$BIN" | cut -d' ' -f1) == "$sum" ]] || die "$BIN differs from the one recorded in $OUT/binary.txt"
-echo "== $(date -u +%FT%TZ) full_recipe.sh: $BIN, variants $VARIANTS, seed $SEED, $THREADS threads"
 
 meta() {  # meta FILE KEY: one metadata value of a checkpoint (from the safetensors JSON header)
   python3 -c 'import json,struct,sys
@@ -82,6 +73,92 @@ f=open(sys.argv[1],"rb"); n=struct.unpack("<Q",f.read(8))[0]
 print(json.loads(f.read(n))["__metadata__"][sys.argv[2]])' "$1" "$2"
 }
 copy() { cp "$1" "$2.tmp" && mv "$2.tmp" "$2"; }  # an atomic copy
+finished() { [[ -f $OUT/results.csv ]] && grep -q "^$1,$EPOCHS,$SEED," "$OUT/results.csv"; }
+
+# ---- keep: the study's state into KEEP, for a commit (the study may go on running meanwhile)
+if [[ ${1:-} == keep ]]; then
+  [[ -f $OUT/results.csv ]] || die "$OUT holds no study to keep"
+  mkdir -p "$KEEP"
+  # The checkpoints first, their logs after: a log may run ahead of its checkpoint (a resume cuts
+  # it back), never behind.
+  for v in $VARIANTS; do
+    pre=$OUT/$v-s$SEED.pretrain.params
+    if finished "$v" || [[ ! -f $pre ]]; then
+      rm -f "$KEEP/${pre##*/}.xz"
+    else
+      xz -6 -T1 -c "$pre" >"$KEEP/${pre##*/}.xz.tmp" && mv "$KEEP/${pre##*/}.xz.tmp" "$KEEP/${pre##*/}.xz"
+      echo "kept ${pre##*/} at step $(meta "$pre" train.step)"
+    fi
+  done
+  for f in "$OUT"/results.csv "$OUT"/london.txt "$OUT"/binaries.txt "$OUT"/*.log.csv \
+           "$OUT"/*.evaluate.txt "$OUT"/*.predictions "$OUT"/*.params.txt; do
+    [[ -f $f ]] && copy "$f" "$KEEP/${f##*/}"
+  done
+  echo "kept in $KEEP: $(du -sh "$KEEP" | cut -f1)"
+  exit 0
+fi
+
+mkdir -p "$OUT" runs/bin
+if [[ -w /proc/self/autogroup ]]; then echo 19 > /proc/self/autogroup || true; fi
+
+# One study at a time: a second start waits for nothing and says so.
+exec 9>>"$OUT/lock"
+flock -n 9 || die "$OUT is in use by another full_recipe.sh (its lock is $OUT/lock)"
+
+# ---- what a lost machine took: restored from KEEP, never over a file OUT has
+if [[ -d $KEEP ]]; then
+  for f in "$KEEP"/*; do
+    name=${f##*/} && [[ $name != README.md ]] || continue
+    if [[ $name == *.xz ]]; then
+      [[ -e $OUT/${name%.xz} ]] || { xz -dc "$f" >"$OUT/${name%.xz}.tmp" && mv "$OUT/${name%.xz}.tmp" "$OUT/${name%.xz}" &&
+        echo "== restored $OUT/${name%.xz} from $f"; }
+    elif [[ ! -e $OUT/$name ]]; then
+      copy "$f" "$OUT/$name"
+    fi
+  done
+fi
+
+steps_reached() {  # variant=step of each pretraining checkpoint in OUT
+  local v pre out=""
+  for v in $VARIANTS; do
+    pre=$OUT/$v-s$SEED.pretrain.params
+    [[ -f $pre ]] && out+="$v=$(meta "$pre" train.step),"
+  done
+  out=${out%,}
+  echo "${out:-none}"
+}
+
+# ---- the binary of the study
+if [[ ! -f $OUT/binary.txt ]]; then
+  if [[ -s $OUT/binaries.txt ]]; then  # a study begun on another machine: its commit, built here
+    read -r _ commit _ <"$OUT/binaries.txt"
+    src=runs/src-$commit
+    [[ -d $src ]] || git worktree add --detach "$src" "$commit" >/dev/null
+    (cd "$src" && cmake --preset release >/dev/null && cmake --build --preset release --target birthplace >/dev/null)
+    BIN=$src/build/release/examples/birthplace/birthplace
+  elif [[ -z ${BIN:-} ]]; then
+    [[ -z $(git status --porcelain -- include examples src CMakeLists.txt cmake) ]] ||
+      die "the tree has uncommitted changes: commit them, or give BIN"
+    cmake --preset release >/dev/null
+    cmake --build --preset release --target birthplace >/dev/null
+    BIN=build/release/examples/birthplace/birthplace
+  fi
+  commit=${commit:-$(git rev-parse --short=7 HEAD)}
+  [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
+  kept=runs/bin/birthplace-$commit
+  [[ -e $kept ]] && ! cmp -s "$BIN" "$kept" && kept=$kept-$(sha256sum "$BIN" | cut -c1-8)
+  [[ -e $kept ]] || { cp "$BIN" "$kept.tmp" && mv "$kept.tmp" "$kept"; }
+  sum=$(sha256sum "$kept" | cut -d' ' -f1)
+  cpu=$(awk -F': ' '/^cpu family/ { f = $2 } /^model\t/ { m = $2 } /^model name/ { n = $2 }
+                    END { printf "family %s model %s %s", f, m, n }' /proc/cpuinfo)
+  printf '%s %s %s %s %s %s\n' "$(date -u +%FT%TZ)" "$commit" "$kept" "$sum" "$(steps_reached)" "$cpu" \
+    >>"$OUT/binaries.txt"
+  printf '%s %s\n' "$kept" "$sum" >"$OUT/binary.txt.tmp"
+  mv "$OUT/binary.txt.tmp" "$OUT/binary.txt"
+fi
+read -r BIN sum <"$OUT/binary.txt"
+[[ $(sha256sum "$BIN" | cut -d' ' -f1) == "$sum" ]] || die "$BIN differs from the one recorded in $OUT/binary.txt"
+echo "== $(date -u +%FT%TZ) full_recipe.sh: $BIN, variants $VARIANTS, seed $SEED, $THREADS threads"
 
 # ---- the London baseline (once)
 if [[ ! -f $OUT/london.txt ]]; then
@@ -123,16 +200,11 @@ finetune() {
   touch "$ft.done"
 }
 
-# The control first (no pretraining, the problem set's 75 finetuning epochs): an hour, and the
-# row every pretrained model is compared with.
-ft=$OUT/nopretrain-s$SEED.finetune.params
-finetune "$ft" "$FINETUNE_SCRATCH"
-evaluate vanilla 0 "$ft"
-
 steps_per_epoch=$(( ($(grep -c '' data/wiki.txt) + 127) / 128 ))
 for variant in $VARIANTS; do
   pre=$OUT/$variant-s$SEED.pretrain.params
   for e in $READOUTS; do
+    grep -q "^$variant,$e,$SEED," "$OUT/results.csv" && continue
     snap=$OUT/$variant-s$SEED.pretrain.ep$e.params
     if [[ ! -f $snap ]]; then
       stop=$((steps_per_epoch * e))
@@ -151,5 +223,14 @@ for variant in $VARIANTS; do
     evaluate "$variant" "$e" "$ft"
   done
 done
+# The control last (no pretraining, the problem set's 75 finetuning epochs, under an hour): the row
+# every pretrained model is compared with. It ran first until a study needed more sessions than a
+# machine lasts; the pretraining, which takes hours, now starts at once.
+if ! grep -q "^vanilla,0,$SEED," "$OUT/results.csv"; then
+  ft=$OUT/nopretrain-s$SEED.finetune.params
+  finetune "$ft" "$FINETUNE_SCRATCH"
+  evaluate vanilla 0 "$ft"
+fi
+
 echo "== $(date -u +%FT%TZ) full_recipe.sh: done"
 cat "$OUT/results.csv"
