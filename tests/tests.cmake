@@ -50,7 +50,7 @@ attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log
 # The training layer (attn/train/): settings table, run lock, the loop, run files, programs
 # without a shell, plots.
 attn_add_test(train train/test_settings.cpp train/test_run_lock.cpp train/test_loop.cpp
-              train/test_session.cpp)
+              train/test_session.cpp train/test_trainer.cpp)
 attn_add_test(learned_scores attention/test_learned_scores.cpp)
 attn_add_test(teaching teaching/test_exercises.cpp teaching/test_models.cpp)
 attn_add_test(approx approx/test_oracles.cpp approx/test_schemes.cpp)

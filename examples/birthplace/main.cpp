@@ -11,13 +11,11 @@
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
-#include <attn/train/loop.hpp>
 #include <attn/train/memory.hpp>
 #include <attn/train/plot.hpp>
 #include <attn/train/progress.hpp>
-#include <attn/train/run_files.hpp>
-#include <attn/train/session.hpp>
 #include <attn/train/settings.hpp>
+#include <attn/train/trainer.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -347,21 +345,19 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
                                          "grad_norm", "tokens_per_s", "elapsed_s", "cpu_s"};
   // The run's files, owned by rank 0 alone (the other ranks write none; the path may not exist
   // on their machine): checked, locked and guarded before anything is read or trained.
-  attn::train::RunFiles files;
-  if (dp.leader()) {
-    const attn::train::RunRequest request{
-        .program = "birthplace",
-        .option = "--writing-params",
-        .where = out,
-        .resuming = resuming,
-        .overwrite = o.overwrite,
-        .how_to_continue = "continue that run with `" + continue_with + "`",
-        .inputs = {
-            {o.pretrain_corpus, "--pretrain-corpus"},
-            {o.vocabulary_corpus, "--vocabulary-corpus"},
-            {stage == Stage::finetune ? o.finetune_corpus : std::string(), "--finetune-corpus"}}};
-    files = attn::train::RunFiles({out, log_path, columns, {svg}, out.string() + ".lock"}, request);
-  }
+  attn::train::Trainer trainer(
+      {out, log_path, columns, {svg}, out.string() + ".lock"},
+      {.program = "birthplace",
+       .option = "--writing-params",
+       .where = out,
+       .resuming = resuming,
+       .overwrite = o.overwrite,
+       .how_to_continue = "continue that run with `" + continue_with + "`",
+       .inputs = {{o.pretrain_corpus, "--pretrain-corpus"},
+                  {o.vocabulary_corpus, "--vocabulary-corpus"},
+                  {stage == Stage::finetune ? o.finetune_corpus : std::string(),
+                   "--finetune-corpus"}}},
+      stop, dp.leader());
 
   ATTN_CHECK(source.empty() || o.vocabulary_corpus.empty(), attn::value_error,
              "birthplace: --vocabulary-corpus is for new models; ", source,
@@ -410,14 +406,13 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   // The run's settings: the saved ones when resuming; otherwise the options, settled. Then the
   // session: from the checkpoint's step, or from 0.
   Run run{o, stage, examples_of.size(), block};
-  std::optional<attn::train::Session> session;
-  const auto session_from = [&](const attn::train::RunPoint& from) {
-    return attn::train::Session({.from = from,
-                                 .total = run.total_steps(),
-                                 .stop_at = o.stop_at,
-                                 .source = resuming ? source : std::string(),
-                                 .checkpoint = out.string(),
-                                 .continue_with = continue_with});
+  const auto start_session = [&](const attn::train::RunPoint& from) -> attn::train::Session& {
+    return trainer.start_session({.from = from,
+                                  .total = run.total_steps(),
+                                  .stop_at = o.stop_at,
+                                  .source = resuming ? source : std::string(),
+                                  .checkpoint = out.string(),
+                                  .continue_with = continue_with});
   };
   if (resuming) {
     ATTN_CHECK(!settings.given("budget-minutes"), attn::value_error,
@@ -440,12 +435,13 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     // Written so that a NaN read from a file fails every check.
     ATTN_CHECK(o.save_every > 0 && run.final_tokens >= o.warmup_tokens, attn::io_error, source,
                ": the saved training settings are out of range");
-    session.emplace(session_from(attn::train::read_run_point(source_file.metadata, source)));
-    if (session->finished()) {
+    const attn::train::Session& session =
+        start_session(attn::train::read_run_point(source_file.metadata, source));
+    if (session.finished()) {
       if (dp.leader())
         std::printf(
             "%s\n",
-            session->finished_line("birthplace", std::string(stage_name(stage)) + " run").c_str());
+            session.finished_line("birthplace", std::string(stage_name(stage)) + " run").c_str());
       return 0;
     }
     check_run_memory();
@@ -493,8 +489,9 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     // --schedule single: one decay, ending where the run ends (the floor from 80 % of it on).
     if (o.schedule == "single") run.final_tokens = run.tokens_before(run.total_steps());
     run.final_tokens = std::max(run.final_tokens, o.warmup_tokens);
-    session.emplace(session_from({}));
+    start_session({});
   }
+  const attn::train::Session& session = trainer.session();
   dp.broadcast_parameters(model);
   const std::int64_t total = run.total_steps(), spe = run.steps_per_epoch();
   const optim::MinGptTokenSchedule schedule{o.lr, o.warmup_tokens, run.final_tokens};
@@ -506,10 +503,6 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   ac.weight_decay = o.weight_decay;
   optim::AdamW<float> opt(params, ac);
   if (resuming) io::get_optimizer_state(source_file, opt, source);
-
-  // A resumed run's log is cut back to the checkpoint's step: rows logged after it are logged
-  // again.
-  files.resume_log(session->start());
 
   if (dp.leader())
     std::printf(
@@ -527,11 +520,10 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
                 (long long)o.shards);
   if (dp.leader() && !o.reading_params.empty())
     std::printf("  weights from %s\n", o.reading_params.c_str());
-  if (dp.leader() && session->start() > 0)
-    std::printf("  resuming at step %lld of %lld\n", (long long)session->start(), (long long)total);
+  if (dp.leader() && session.start() > 0)
+    std::printf("  resuming at step %lld of %lld\n", (long long)session.start(), (long long)total);
   std::fflush(stdout);
 
-  attn::train::ProgressLine progress;
   attn::Tape<float> tape;
   Tensor<std::int32_t> x, y;
   std::vector<index_t> order;
@@ -552,60 +544,64 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
     const std::span<const index_t> rows(order.data() + first, std::size_t(run.rows(s)));
     examples_of.batch(step_seed(o.seed, 1, s), rows, x, y);
     lr = schedule.for_step(s, run.tokens_before(s));
-    return dp.step(model, tape, opt, params, x, y, data::pad_id, lr, o.grad_clip,
-                   step_seed(o.seed, 2, s), o.micro_batch, o.shards);
+    const optim::StepResult r =
+        dp.step(model, tape, opt, params, x, y, data::pad_id, lr, o.grad_clip,
+                step_seed(o.seed, 2, s), o.micro_batch, o.shards);
+    loss = r.loss;
+    epoch_loss += r.loss, ++epoch_steps;
+    return r;
   };
   // After it: the checkpoint every --save-every steps and at the session's last (its end,
   // --stop-at or Ctrl-C on any rank), then the step's log row (a resume cuts the log back to the
-  // checkpoint's step anyway), the curve and the progress line.
-  const auto report = [&](const attn::train::StepReport& r) {
-    loss = r.result.loss;
-    epoch_loss += r.result.loss;
-    ++epoch_steps;
-    const attn::train::RunPoint now = session->point(r.steps_done);
-    const bool epoch_end = r.steps_done % spe == 0;
-    if (attn::train::due(o.save_every, r)) {
-      dp.check_replicas(model);
-      if (dp.leader()) {
-        files.begin_writing();
-        save_checkpoint(out, model, opt, tok, variant, settings, run, now);
-      }
-    }
-    files.log_row({double(r.steps_done), double(r.steps_done) / double(spe), r.result.loss, lr,
-                   r.result.grad_norm, r.tokens_per_s, now.spent.wall_s, now.spent.cpu_s});
-    char text[200];
-    std::snprintf(text, sizeof text,
-                  "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
-                  double(r.steps_done) / double(spe), o.epochs, (long long)r.steps_done,
-                  (long long)total, r.result.loss, epoch_loss / double(epoch_steps), lr,
-                  r.tokens_per_s);
-    if (dp.leader()) progress.show(r.fraction, text, r.eta_seconds, epoch_end || r.last);
-    if (epoch_end) epoch_loss = 0, epoch_steps = 0;
-  };
-  const attn::train::LoopEnd ran =
-      attn::train::run_loop(session->begin(double(o.batch * block)), stop, step, report,
-                            [&](bool flag) { return dp.any(flag); });
-  progress.finish();
-  if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
+  // checkpoint's step anyway) and the progress line, kept at each epoch's end.
+  const attn::train::LoopEnd ran = trainer.run(
+      double(o.batch * block), step,
+      {.save_every = o.save_every,
+       .before_save = [&](const attn::train::StepReport&) { dp.check_replicas(model); },
+       .save =
+           [&](const attn::train::RunPoint& point) {
+             save_checkpoint(out, model, opt, tok, variant, settings, run, point);
+           },
+       .log = [&](const attn::train::StepReport& r, const attn::train::RunPoint& now,
+                  bool) -> std::optional<std::vector<double>> {
+         return std::vector<double>{double(r.steps_done), double(r.steps_done) / double(spe),
+                                    r.result.loss,        lr,
+                                    r.result.grad_norm,   r.tokens_per_s,
+                                    now.spent.wall_s,     now.spent.cpu_s};
+       },
+       .show = [&](const attn::train::StepReport& r, bool) -> attn::train::ProgressText {
+         char text[200];
+         std::snprintf(
+             text, sizeof text,
+             "epoch %.2f/%.2f step %lld/%lld | loss %.4f (epoch %.4f) | lr %.2e | %.0f tok/s",
+             double(r.steps_done) / double(spe), o.epochs, (long long)r.steps_done,
+             (long long)total, r.result.loss, epoch_loss / double(epoch_steps), lr, r.tokens_per_s);
+         const bool epoch_end = r.steps_done % spe == 0;
+         if (epoch_end) epoch_loss = 0, epoch_steps = 0;
+         return {text, epoch_end || r.last};
+       },
+       .agree = [&](bool flag) { return dp.any(flag); }});
+  if (!dp.leader()) return trainer.exit_status(ran);
 
   if (ran.steps_run == 0) {
     // Stopped before the first step: nothing was written, an earlier run's files are as they were.
-    std::printf("%s\n", session->end_line(ran).c_str());
-    return stop.exit_status();
+    std::printf("%s\n", session.end_line(ran).c_str());
+    return trainer.exit_status(ran);
   }
-  const attn::train::RunTime now = session->this_session(), all = session->spent();
+  const attn::train::RunTime now = session.this_session(), all = session.spent();
   std::printf(
       "%s: %lld steps in %s wall, %.0f CPU s (all sessions of this run: %s wall, %.0f CPU s), "
       "final loss %.4f\n",
       stage_name(stage), (long long)ran.steps_run, format_duration(now.wall_s).c_str(), now.cpu_s,
       format_duration(all.wall_s).c_str(), all.cpu_s, loss);
-  if (const std::string line = session->end_line(ran); !line.empty())
+  if (const std::string line = session.end_line(ran); !line.empty())
     std::printf("%s\n", line.c_str());
-  plot::write_svg(svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch",
-                  "loss", {{"training loss", "#1f77b4", files.column(1), files.column(2)}});
+  plot::write_svg(
+      svg, "birthplace " + std::string(stage_name(stage)) + ": " + variant, "epoch", "loss",
+      {{"training loss", "#1f77b4", trainer.files().column(1), trainer.files().column(2)}});
   std::printf("checkpoint: %s\nlog: %s\nplot: %s\n", out.c_str(), log_path.c_str(), svg.c_str());
   std::printf("wall time: %s\n", format_duration(seconds_since(t_start)).c_str());
-  return ran.stopped ? stop.exit_status() : 0;
+  return trainer.exit_status(ran);
 }
 
 // ---- evaluation ------------------------------------------------------------------------------

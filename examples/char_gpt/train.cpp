@@ -8,13 +8,10 @@
 #include <attn/io/checkpoint.hpp>
 #include <attn/io/io.hpp>
 #include <attn/optim/optim.hpp>
-#include <attn/train/loop.hpp>
 #include <attn/train/memory.hpp>
 #include <attn/train/plot.hpp>
-#include <attn/train/progress.hpp>
-#include <attn/train/run_files.hpp>
-#include <attn/train/session.hpp>
 #include <attn/train/settings.hpp>
+#include <attn/train/trainer.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -162,18 +159,6 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   }
   const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
                  svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
-  attn::train::Session session({.from = resumed_at,
-                                .total = o.steps,
-                                .stop_at = o.stop_at,
-                                .source = o.resume,
-                                .checkpoint = checkpoint.string(),
-                                .continue_with = "char_gpt --resume " + checkpoint.string()});
-  if (session.finished()) {
-    if (dp.leader())
-      std::printf("%s; `char_gpt sample %s` samples from it\n",
-                  session.finished_line("char_gpt").c_str(), o.resume.c_str());
-    return 0;
-  }
   ATTN_CHECK(o.init_from.empty() || !attn::train::same_path(o.init_from, checkpoint),
              attn::value_error, "--init-from ", o.init_from, " is the checkpoint this run writes (",
              checkpoint.string(), "): choose another --out");
@@ -186,19 +171,30 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
              "copy the file into an empty directory as checkpoint.safetensors and resume that");
   // The run's files, owned by rank 0 alone (the other ranks write none; their --out may not even
   // exist): checked, locked and guarded before anything is read or trained.
-  attn::train::RunFiles files;
-  if (dp.leader()) {
-    attn::train::RunRequest request{
-        .program = "char_gpt",
-        .option = "--out",
-        .where = out,
-        .resuming = resuming,
-        .overwrite = o.overwrite,
-        .how_to_continue = "continue that run with --resume " + checkpoint.string(),
-        .inputs = {{o.data, "--data"}}};
-    for (const std::string& v : o.vocab_from) request.inputs.push_back({v, "--vocab-from"});
-    files = attn::train::RunFiles(
-        {checkpoint, log_path, log_columns, {svg, png, sample_path}, out / ".lock"}, request);
+  attn::train::RunRequest request{
+      .program = "char_gpt",
+      .option = "--out",
+      .where = out,
+      .resuming = resuming,
+      .overwrite = o.overwrite,
+      .how_to_continue = "continue that run with --resume " + checkpoint.string(),
+      .inputs = {{o.data, "--data"}}};
+  for (const std::string& v : o.vocab_from) request.inputs.push_back({v, "--vocab-from"});
+  attn::train::Trainer trainer(
+      {checkpoint, log_path, log_columns, {svg, png, sample_path}, out / ".lock"}, request, stop,
+      dp.leader());
+  attn::train::Session& session =
+      trainer.start_session({.from = resumed_at,
+                             .total = o.steps,
+                             .stop_at = o.stop_at,
+                             .source = o.resume,
+                             .checkpoint = checkpoint.string(),
+                             .continue_with = "char_gpt --resume " + checkpoint.string()});
+  if (session.finished()) {
+    if (dp.leader())
+      std::printf("%s; `char_gpt sample %s` samples from it\n",
+                  session.finished_line("char_gpt").c_str(), o.resume.c_str());
+    return 0;
   }
 
   // The corpus and its vocabulary (from the checkpoint when continuing one).
@@ -266,10 +262,6 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   if (resuming) io::get_optimizer_state(resumed, opt, source);
   const optim::WarmupCosine schedule{o.lr, o.min_lr, std::min(o.warmup, o.steps), o.steps};
 
-  // A resumed run's log is cut back to the checkpoint's step: rows logged after it are logged
-  // again.
-  files.resume_log(session.start());
-
   const index_t n_params = nn::parameter_count(model);
   index_t n_attn = 0;
   model.for_each_parameter([&](const std::string& name, attn::Parameter<float>& p) {
@@ -308,72 +300,76 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     return total / double(o.eval_batches);
   };
 
-  // The loop (attn/train/loop.hpp): a step is a batch and dropout drawn from (seed, step), so a
+  // The loop (attn/train/trainer.hpp): a step is a batch and dropout drawn from (seed, step), so a
   // resumed run repeats the uninterrupted one; every --eval-every steps and at the session's last
   // (its end, --stop-at or Ctrl-C) an evaluation, the checkpoint, then its log row: a crash between
   // the two loses a row that the resumed run writes again, never leaves a row for a step no
   // checkpoint holds.
-  double window_loss = 0, val = std::nan("");
+  double window_loss = 0, val = std::nan(""), window_tps = 0;
   std::int64_t window = 0;
   auto t_window = std::chrono::steady_clock::now();
-  attn::train::ProgressLine progress;
   const auto step = [&](std::int64_t s) {
     attn::Rng rng(step_seed(o.seed, 1, s));
     batches.sample(attn::data::Split::train, o.batch, block, rng, x, y);
-    return dp.step(model, tape, opt, params, x, y, -100, schedule(s), o.grad_clip, rng.split(), 0,
-                   o.shards);
-  };
-  const auto report = [&](const attn::train::StepReport& r) {
-    window_loss += r.result.loss;
+    const optim::StepResult r = dp.step(model, tape, opt, params, x, y, -100, schedule(s),
+                                        o.grad_clip, rng.split(), 0, o.shards);
+    window_loss += r.loss;
     ++window;
-    const bool eval = attn::train::due(o.eval_every, r);
-    if (eval) {
-      val = evaluate(r.steps_done - 1);
-      const double train_loss = window_loss / double(window);
-      const double window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
-      const attn::train::RunPoint point = session.point(r.steps_done);
-      dp.check_replicas(model);
-      if (dp.leader()) {
-        files.begin_writing();
-        save_checkpoint(checkpoint, model, opt, tok, settings, o, point, data_crc);
-        files.log_row({double(r.steps_done), train_loss, val, schedule(r.steps_done - 1),
-                       r.result.grad_norm, window_tps, point.spent.wall_s});
-      }
-      window_loss = 0, window = 0;
-      t_window = std::chrono::steady_clock::now();
-    }
-    if (dp.leader() && (progress.tty() || eval)) {
-      char text_line[160];
-      std::snprintf(text_line, sizeof text_line,
-                    "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s", (long long)r.steps_done,
-                    (long long)o.steps, r.result.loss, val, r.tokens_per_s);
-      progress.show(r.fraction, text_line, r.eta_seconds, eval);
-    }
+    return r;
   };
-  const attn::train::LoopEnd ran =
-      attn::train::run_loop(session.begin(double(o.batch * block)), stop, step, report,
-                            [&](bool flag) { return dp.any(flag); });
-  progress.finish();
-  if (!dp.leader()) return ran.stopped ? stop.exit_status() : 0;
+  const attn::train::LoopEnd ran = trainer.run(
+      double(o.batch * block), step,
+      {.save_every = o.eval_every,
+       .before_save =
+           [&](const attn::train::StepReport& r) {
+             val = evaluate(r.steps_done - 1);
+             window_tps = double(window) * double(o.batch * block) / seconds_since(t_window);
+             dp.check_replicas(model);
+           },
+       .save =
+           [&](const attn::train::RunPoint& point) {
+             save_checkpoint(checkpoint, model, opt, tok, settings, o, point, data_crc);
+           },
+       .log = [&](const attn::train::StepReport& r, const attn::train::RunPoint& point,
+                  bool saved) -> std::optional<std::vector<double>> {
+         if (!saved) return std::nullopt;
+         const std::vector<double> row{
+             double(r.steps_done),       window_loss / double(window), val,
+             schedule(r.steps_done - 1), r.result.grad_norm,           window_tps,
+             point.spent.wall_s};
+         window_loss = 0, window = 0;
+         t_window = std::chrono::steady_clock::now();
+         return row;
+       },
+       .show = [&](const attn::train::StepReport& r, bool saved) -> attn::train::ProgressText {
+         char text[160];
+         std::snprintf(text, sizeof text, "step %lld/%lld | loss %.4f | val %.4f | %.0f tok/s",
+                       (long long)r.steps_done, (long long)o.steps, r.result.loss, val,
+                       r.tokens_per_s);
+         return {text, saved};
+       },
+       .agree = [&](bool flag) { return dp.any(flag); }});
+  if (!dp.leader()) return trainer.exit_status(ran);
 
   if (ran.steps_run == 0) {
     // Stopped before the first step: nothing was written, an earlier run's files are as they were.
     std::printf("%s\n", session.end_line(ran).c_str());
-    return stop.exit_status();
+    return trainer.exit_status(ran);
   }
   std::printf("training: %lld steps in %.1f s, %.0f tokens/s, val loss %.4f at step %lld\n",
               (long long)ran.steps_run, ran.seconds, ran.tokens_per_s, val,
               (long long)ran.steps_done);
-  plot::write_svg(svg, "char_gpt: " + o.attention + " attention", "step", "loss",
-                  {{"train", "#1f77b4", files.column(0), files.column(1)},
-                   {"validation", "#d62728", files.column(0), files.column(2)}});
+  plot::write_svg(
+      svg, "char_gpt: " + o.attention + " attention", "step", "loss",
+      {{"train", "#1f77b4", trainer.files().column(0), trainer.files().column(1)},
+       {"validation", "#d62728", trainer.files().column(0), trainer.files().column(2)}});
   const bool have_png = plot::gnuplot_png(log_path, png, "char_gpt: " + o.attention,
                                           {{2, "train"}, {3, "validation"}});
   std::printf("plot: %s%s%s\n", svg.c_str(), have_png ? ", " : "", have_png ? png.c_str() : "");
   std::printf("checkpoint: %s\n", checkpoint.c_str());
   if (const std::string line = session.end_line(ran); !line.empty())
     std::printf("%s\n", line.c_str());
-  if (ran.stopped) return stop.exit_status();
+  if (ran.stopped) return trainer.exit_status(ran);
   std::fflush(stdout);  // the run's files are named before a long sample starts
 
   if (o.sample_tokens > 0) {

@@ -1,24 +1,25 @@
 // tests/consumer/trainer.cpp: a trainer written outside attn, of a model of its own (a character
 // model: embedding, tanh, linear), on attn/train: its settings declared once (the command line,
 // the checkpoint's metadata and the resume checks come from the table), a run directory with one
-// owner, the loop with Ctrl-C, the session a resume continues, exact resume. run_consumer.cmake
+// owner, the loop with Ctrl-C, the session a resume continues (one attn::train::Trainer), exact
+// resume. run_consumer.cmake
 // runs it: a run interrupted by SIGINT and resumed ends with the same bits as one that was not, and
 // a new run refuses to replace an earlier one. Prints "step N loss L parameters <hash>" when it
 // ends; exit 0 done, 1 error, 2 bad option, 130.
 #include <attn/attn.hpp>
 #include <attn/data/char_tokenizer.hpp>
 #include <attn/io/checkpoint.hpp>
-#include <attn/train/loop.hpp>
-#include <attn/train/run_files.hpp>
-#include <attn/train/session.hpp>
 #include <attn/train/settings.hpp>
+#include <attn/train/trainer.hpp>
 
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -63,15 +64,17 @@ int run(int argc, char** argv) {
   s.flag("overwrite", overwrite, "replace an earlier run in --out").on_resume(train::not_saved);
   s.parse_command_line(argc, argv);
 
+  const train::StopRequest stop;
   const std::filesystem::path dir = out, checkpoint = dir / "checkpoint.safetensors";
-  train::RunFiles files({checkpoint, dir / "log.csv", {"step", "loss"}, {}, dir / ".lock"},
-                        {.program = "trainer",
-                         .option = "--out",
-                         .where = dir,
-                         .resuming = resume,
-                         .overwrite = overwrite,
-                         .how_to_continue = "continue it with --resume",
-                         .inputs = {}});
+  train::Trainer trainer({checkpoint, dir / "log.csv", {"step", "loss"}, {}, dir / ".lock"},
+                         {.program = "trainer",
+                          .option = "--out",
+                          .where = dir,
+                          .resuming = resume,
+                          .overwrite = overwrite,
+                          .how_to_continue = "continue it with --resume",
+                          .inputs = {}},
+                         stop);
   attn::io::Safetensors saved;
   train::RunPoint from;
   if (resume) {
@@ -79,17 +82,17 @@ int run(int argc, char** argv) {
     s.resume_from(saved.metadata, checkpoint.string(), "--stop-at may change");
     from = train::read_run_point(saved.metadata, checkpoint.string());
   }
-  train::Session session({.from = from,
-                          .total = steps,
-                          .stop_at = stop_at,
-                          .source = resume ? checkpoint.string() : "",
-                          .checkpoint = checkpoint.string(),
-                          .continue_with = "trainer --resume --out " + out});
+  const train::Session& session =
+      trainer.start_session({.from = from,
+                             .total = steps,
+                             .stop_at = stop_at,
+                             .source = resume ? checkpoint.string() : "",
+                             .checkpoint = checkpoint.string(),
+                             .continue_with = "trainer --resume --out " + out});
   if (session.finished()) {
     std::printf("%s\n", session.finished_line("trainer").c_str());
     return 0;
   }
-  files.resume_log(session.start());
 
   const std::string text =
       "the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs";
@@ -105,7 +108,6 @@ int run(int argc, char** argv) {
     attn::io::get_optimizer_state(saved, opt, checkpoint.string());
   }
 
-  const train::StopRequest stop;
   attn::Tape<float> tape;
   attn::Tensor<std::int32_t> x(attn::Shape{8, 12}), y(attn::Shape{8, 12});
   const auto step = [&](std::int64_t k) {
@@ -119,19 +121,20 @@ int run(int argc, char** argv) {
     return attn::optim::train_step(model, tape, opt, params, x, y, -100, lr, 1.0, 0);
   };
   double loss = 0;
-  const auto report = [&](const train::StepReport& r) {
-    loss = r.result.loss;
-    if (train::due(10, r)) {
-      files.begin_writing();
-      attn::io::Safetensors file;
-      attn::io::put_parameters(file, model);
-      attn::io::put_optimizer_state(file, opt);
-      train::save_run_point(file.metadata, s, session.point(r.steps_done));
-      attn::io::save_safetensors(checkpoint, file);
-    }
-    files.log_row({double(r.steps_done), r.result.loss});
+  train::StepHooks hooks;  // the hooks this trainer needs; the others stay empty
+  hooks.save_every = 10;
+  hooks.save = [&](const train::RunPoint& point) {
+    attn::io::Safetensors file;
+    attn::io::put_parameters(file, model);
+    attn::io::put_optimizer_state(file, opt);
+    train::save_run_point(file.metadata, s, point);
+    attn::io::save_safetensors(checkpoint, file);
   };
-  const train::LoopEnd e = train::run_loop(session.begin(96), stop, step, report);
+  hooks.log = [&](const train::StepReport& r, const train::RunPoint&, bool) {
+    loss = r.result.loss;
+    return std::optional<std::vector<double>>({double(r.steps_done), r.result.loss});
+  };
+  const train::LoopEnd e = trainer.run(96, step, hooks);
   if (const std::string line = session.end_line(e); !line.empty())
     std::printf("%s\n", line.c_str());
   std::uint64_t hash = 1469598103934665603ull;  // FNV-1a of every parameter's bytes
@@ -142,7 +145,7 @@ int run(int argc, char** argv) {
   });
   std::printf("step %lld loss %.6f parameters %016llx\n", (long long)e.steps_done, loss,
               (unsigned long long)hash);
-  return e.stopped ? stop.exit_status() : 0;
+  return trainer.exit_status(e);
 }
 
 }  // namespace

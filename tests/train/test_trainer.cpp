@@ -1,0 +1,222 @@
+// Tests of attn/train/trainer.hpp: one session of a run around a trainer's hooks. Saves come every
+// n steps and at the session's last, each after the evaluation hook and before the step's log row;
+// a new run replaces an earlier one's files only at its first save; a resumed run's log is cut back
+// to its checkpoint and continued; a signal ends the session after its step, saved, with 128 +
+// the signal; a process that does not own the run writes nothing.
+#include <doctest/doctest.h>
+#include <unistd.h>
+#include <attn/train/trainer.hpp>
+
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../test_util.hpp"
+
+namespace fs = std::filesystem;
+using attn::test::message_of;
+namespace train = attn::train;
+
+// A named namespace: the test programs are unity builds, where test_loop.cpp's helpers of the same
+// names are in scope too.
+namespace trainer_test {
+
+fs::path trainer_test_dir(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("attn_trainer_" + name + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read_back(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void put_file(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+}
+
+train::RunLayout layout_in(const fs::path& dir) {
+  return {dir / "checkpoint", dir / "log.csv", {"step", "loss"}, {dir / "plot.svg"}, dir / ".lock"};
+}
+
+train::RunRequest request(const fs::path& dir, bool resuming, bool overwrite = false) {
+  return {.program = "trainer",
+          .option = "--out",
+          .where = dir,
+          .resuming = resuming,
+          .overwrite = overwrite,
+          .how_to_continue = "resume it",
+          .inputs = {}};
+}
+
+train::Session::Where where(std::int64_t from, std::int64_t total, std::int64_t stop_at = 0) {
+  return {.from = {from, {}},
+          .total = total,
+          .stop_at = stop_at,
+          .source = from > 0 ? "checkpoint" : "",
+          .checkpoint = "checkpoint",
+          .continue_with = "trainer --resume"};
+}
+
+// Step s has loss s + 1; the hooks write what happened into `events` ("e3": the evaluation after
+// step 3, "s3": the save holding 3 steps, "l3": the log row of step 3) and the checkpoint file
+// holds the steps it saved.
+struct Events {
+  std::vector<std::string> events;
+  train::StepHooks hooks(const fs::path& checkpoint, std::int64_t save_every) {
+    return {.save_every = save_every,
+            .before_save =
+                [this](const train::StepReport& r) {
+                  events.push_back("e" + std::to_string(r.steps_done));
+                },
+            .save =
+                [this, checkpoint](const train::RunPoint& p) {
+                  events.push_back("s" + std::to_string(p.steps_done));
+                  put_file(checkpoint, std::to_string(p.steps_done));
+                },
+            .log = [this](const train::StepReport& r, const train::RunPoint& p,
+                          bool saved) -> std::optional<std::vector<double>> {
+              CHECK(p.steps_done == r.steps_done);
+              events.push_back("l" + std::to_string(r.steps_done) + (saved ? "*" : ""));
+              return std::vector<double>{double(r.steps_done), r.result.loss};
+            },
+            .show = {},
+            .agree = {}};
+  }
+};
+
+const auto loss_step = [](std::int64_t s) {
+  attn::optim::StepResult r;
+  r.loss = double(s + 1);
+  return r;
+};
+
+TEST_CASE("Trainer: saves every n steps and at the last, after the evaluation, before the row") {
+  const fs::path dir = trainer_test_dir("saves");
+  const train::StopRequest stop;
+  train::Trainer trainer(layout_in(dir), request(dir, false), stop);
+  trainer.start_session(where(0, 5));
+  Events e;
+  const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
+  CHECK(e.events == std::vector<std::string>{"l1", "e2", "s2", "l2*", "l3", "e4", "s4", "l4*", "e5",
+                                             "s5", "l5*"});
+  CHECK(read_back(dir / "checkpoint") == "5");
+  CHECK(read_back(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n5,5\n");
+  CHECK(trainer.files().column(1) == std::vector<double>{1, 2, 3, 4, 5});
+  CHECK(ran.steps_done == 5);
+  CHECK(trainer.exit_status(ran) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: an overwrite replaces the earlier run at the first save, not before") {
+  const fs::path dir = trainer_test_dir("overwrite");
+  put_file(dir / "checkpoint", "old");
+  put_file(dir / "log.csv", "step,loss\n1,9\n");
+  put_file(dir / "plot.svg", "<svg/>");
+  const train::StopRequest stop;
+  {
+    train::Trainer trainer(layout_in(dir), request(dir, false, true), stop);
+    trainer.start_session(where(0, 4));
+    // Refused by the session's checks before any step: the earlier run is as it was.
+    CHECK(message_of([&] { trainer.start_session(where(0, 4, -1)); }).find("is negative") !=
+          std::string::npos);
+  }
+  CHECK(read_back(dir / "checkpoint") == "old");
+  CHECK(read_back(dir / "log.csv") == "step,loss\n1,9\n");
+  train::Trainer trainer(layout_in(dir), request(dir, false, true), stop);
+  trainer.start_session(where(0, 4));
+  Events e;
+  train::StepHooks hooks = e.hooks(dir / "checkpoint", 2);
+  hooks.log = [](const train::StepReport& r, const train::RunPoint&,
+                 bool saved) -> std::optional<std::vector<double>> {
+    if (!saved) return std::nullopt;  // a row only with a checkpoint, as char_gpt logs
+    return std::vector<double>{double(r.steps_done), r.result.loss};
+  };
+  trainer.run(10, loss_step, hooks);
+  CHECK_FALSE(fs::exists(dir / "plot.svg"));
+  CHECK(read_back(dir / "checkpoint") == "4");
+  CHECK(read_back(dir / "log.csv") == "step,loss\n2,2\n4,4\n");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: a resumed session cuts the log back to its checkpoint and continues it") {
+  const fs::path dir = trainer_test_dir("resume");
+  put_file(dir / "checkpoint", "2");
+  put_file(dir / "log.csv", "step,loss\n1,1\n2,2\n3,3\n");  // step 3 logged, never saved
+  const train::StopRequest stop;
+  train::Trainer trainer(layout_in(dir), request(dir, true), stop);
+  const train::Session& session = trainer.start_session(where(2, 4));
+  CHECK(session.start() == 2);
+  Events e;
+  const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
+  CHECK(ran.steps_run == 2);
+  CHECK(e.events == std::vector<std::string>{"l3", "e4", "s4", "l4*"});
+  CHECK(read_back(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n");
+  CHECK(trainer.files().column(0) == std::vector<double>{1, 2, 3, 4});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: a finished run's session runs nothing") {
+  const fs::path dir = trainer_test_dir("finished");
+  put_file(dir / "checkpoint", "3");
+  const train::StopRequest stop;
+  train::Trainer trainer(layout_in(dir), request(dir, true), stop);
+  CHECK(trainer.start_session(where(3, 3)).finished());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: a signal ends the session after its step, saved, with 128 + the signal") {
+  const fs::path dir = trainer_test_dir("signal");
+  const train::StopRequest stop;
+  train::Trainer trainer(layout_in(dir), request(dir, false), stop);
+  trainer.start_session(where(0, 10));
+  Events e;
+  const auto step = [&](std::int64_t s) {
+    if (s == 2) std::raise(SIGTERM);
+    return loss_step(s);
+  };
+  const train::LoopEnd ran = trainer.run(10, step, e.hooks(dir / "checkpoint", 5));
+  CHECK(ran.stopped);
+  CHECK(ran.steps_done == 3);
+  CHECK(trainer.exit_status(ran) == 128 + SIGTERM);
+  CHECK(e.events == std::vector<std::string>{"l1", "l2", "e3", "s3", "l3*"});
+  CHECK(read_back(dir / "checkpoint") == "3");
+  CHECK(trainer.session().end_line(ran) ==
+        "stopped at step 3 of 10; continue with `trainer --resume`");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: a process that does not own the run evaluates but writes nothing") {
+  const fs::path dir = trainer_test_dir("rank");
+  const train::StopRequest stop;
+  train::Trainer trainer(layout_in(dir), request(dir, false), stop, false);
+  CHECK_FALSE(trainer.owner());
+  trainer.start_session(where(0, 3));
+  Events e;
+  trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
+  // The evaluations (and the ranks' checks in them) run; neither saves nor rows are written.
+  CHECK(e.events == std::vector<std::string>{"l1", "e2", "l2*", "e3", "l3*"});
+  CHECK(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Trainer: the session must be started before it runs") {
+  const fs::path dir = trainer_test_dir("unstarted");
+  const train::StopRequest stop;
+  train::Trainer trainer(layout_in(dir), request(dir, false), stop);
+  CHECK(message_of([&] { trainer.run(10, loss_step, {}); }).find("start_session first") !=
+        std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace trainer_test
