@@ -7,8 +7,10 @@
 #include <attn/train/process.hpp>
 #include <attn/train/run_lock.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "../test_util.hpp"
@@ -135,4 +137,45 @@ TEST_CASE("plot: any characters in paths and titles; SVG text escaped; PNG atomi
   CHECK_FALSE(fs::exists(dir.parent_path() / "INJECTED"));
   CHECK_FALSE(fs::exists("INJECTED"));
   fs::remove_all(dir.parent_path());
+}
+
+TEST_CASE("plot: a PNG that a full disk cut short is not kept (gnuplot exits 0 all the same)") {
+  namespace plot = attn::train::plot;
+  const fs::path dir = fresh_dir("png_cut");
+  // A gnuplot that draws a PNG cut short: the signature and part of a chunk, no IEND; exit 0.
+  const fs::path fake = dir / "bin";
+  fs::create_directories(fake);
+  {
+    std::ofstream sh(fake / "gnuplot");
+    sh << "#!/bin/sh\n"
+          "out=$(sed -n \"s/.*set output '\\([^']*\\)'.*/\\1/p\" \"$1\")\n"
+          "printf '\\211PNG\\r\\n\\032\\n\\0\\0\\0\\rIHDR' > \"$out\"\n"
+          "exit 0\n";
+  }
+  fs::permissions(fake / "gnuplot", fs::perms::owner_all);
+  {
+    std::ofstream csv(dir / "log.csv");
+    csv << "step,train_loss\n1,3\n2,2\n";
+  }
+  std::ofstream(dir / "loss.png") << "the earlier plot";
+  const char* old_path = std::getenv("PATH");
+  const std::string saved = old_path != nullptr ? old_path : "";
+  setenv("PATH", (fake.string() + ":" + saved).c_str(), 1);
+  const bool drawn = plot::gnuplot_png(dir / "log.csv", dir / "loss.png", "t", {{2, "train"}});
+  setenv("PATH", saved.c_str(), 1);
+  CHECK_FALSE(drawn);
+  std::ifstream in(dir / "loss.png");
+  CHECK(std::string((std::istreambuf_iterator<char>(in)), {}) == "the earlier plot");
+  for (const auto& e : fs::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  // A whole PNG (signature ... IEND) is recognised as such.
+  {
+    std::ofstream png(dir / "whole.png", std::ios::binary);
+    png.write("\x89PNG\r\n\x1a\n", 8);
+    png.write("\0\0\0\0IEND\xae\x42\x60\x82", 12);
+  }
+  CHECK(plot::png_is_whole(dir / "whole.png"));
+  CHECK_FALSE(plot::png_is_whole(dir / "log.csv"));
+  CHECK_FALSE(plot::png_is_whole(dir / "missing.png"));
+  fs::remove_all(dir);
 }

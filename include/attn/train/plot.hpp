@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -63,9 +64,25 @@ inline std::string gnuplot_quote(const std::string& in) {
   return out + "'";
 }
 
+// True when `path` holds a whole PNG: the signature first and the IEND chunk last. gnuplot exits
+// 0 when a full disk cut its file short; such a file has no IEND at its end.
+inline bool png_is_whole(const std::filesystem::path& path) {
+  static constexpr unsigned char signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  static constexpr unsigned char iend[12] = {0,   0,   0,    0,    'I',  'E',
+                                             'N', 'D', 0xae, 0x42, 0x60, 0x82};
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  unsigned char head[8] = {}, tail[12] = {};
+  const bool ok = std::fread(head, 1, 8, f) == 8 && std::fseek(f, -12, SEEK_END) == 0 &&
+                  std::fread(tail, 1, 12, f) == 12;
+  std::fclose(f);
+  return ok && std::memcmp(head, signature, 8) == 0 && std::memcmp(tail, iend, 12) == 0;
+}
+
 // Runs gnuplot on `script` (written to a temp file beside `png`), which must draw into the
 // placeholder path `output` (a temp file too); the PNG then replaces `png` atomically. Returns
-// false, leaving `png` as it was, when gnuplot is missing or fails or draws nothing (a full disk).
+// false, leaving `png` as it was, when gnuplot is missing or fails or draws nothing or a PNG cut
+// short (a full disk).
 inline bool run_gnuplot(const std::filesystem::path& png, const std::string& script_using_output,
                         const std::filesystem::path& output) {
   if (!program_available("gnuplot")) return false;
@@ -74,8 +91,7 @@ inline bool run_gnuplot(const std::filesystem::path& png, const std::string& scr
   bool ok = false;
   try {
     attn::io::write_file_atomically(gp, script_using_output);
-    ok = run_program({"gnuplot", gp.string()}).ok() && std::filesystem::file_size(output, ec) > 0 &&
-         !ec;
+    ok = run_program({"gnuplot", gp.string()}).ok() && png_is_whole(output);
     if (ok) std::filesystem::rename(output, png, ec);
     ok = ok && !ec;
   } catch (const attn::error&) {
