@@ -240,6 +240,33 @@ TEST_CASE("GPT checkpoint: save -> load gives identical logits; resume gives the
           "ckpt: tensor 'tok_emb.weight' holds nan at element 5: the checkpoint's weights "
           "are not finite");
   }
+  SUBCASE("the blocks' parts round-trip; a checkpoint from before them holds GPT-2's") {
+    nn::GPTConfig llama = config;
+    llama.norm = nn::NormKind::rms;
+    llama.norm_eps = 1e-6;
+    llama.feed_forward = nn::FeedForwardKind::swiglu;
+    llama.hidden = 40;
+    io::Safetensors meta;
+    io::put_gpt_config(meta, llama);
+    const nn::GPTConfig back = io::get_gpt_config(meta, "m");
+    CHECK(back.norm == nn::NormKind::rms);
+    CHECK(back.norm_eps == 1e-6);
+    CHECK(back.feed_forward == nn::FeedForwardKind::swiglu);
+    CHECK(back.hidden == 40);
+    for (const char* key :
+         {"config.norm", "config.norm_eps", "config.feed_forward", "config.hidden"})
+      meta.metadata.erase(key);
+    const nn::GPTConfig old = io::get_gpt_config(meta, "m");
+    CHECK(old.norm == nn::NormKind::layer);
+    CHECK(old.norm_eps == 1e-5);
+    CHECK(old.feed_forward == nn::FeedForwardKind::gelu);
+    CHECK(old.hidden == 0);
+    io::put_gpt_config(meta, llama);
+    meta.metadata["config.feed_forward"] = "3";
+    CHECK(attn::test::message_of<attn::io_error>([&] {
+            io::get_gpt_config(meta, "m");
+          }).find("'config.feed_forward' = 3 is outside [0, 2]") != std::string::npos);
+  }
   SUBCASE("a config out of bounds is refused before anything is allocated") {
     struct Case {
       const char *key, *value, *says;

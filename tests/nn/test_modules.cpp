@@ -28,6 +28,33 @@ using TiedMha =
 using LinearMha =
     attn::MultiHeadAttention<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::mask::Causal,
                              attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+using RotaryMha =
+    attn::MultiHeadAttention<attn::score::Rotary, attn::kernel::Softmax, attn::mask::Causal,
+                             attn::Heads<attn::dynamic>, attn::projection::Separate, double>;
+
+// A GPT of Llama's architecture: RMSNorm, SwiGLU of width 12, no biases, rotary positions in
+// GPT-NeoX's half-split layout with Llama 3's base, 4 query heads sharing 2 key/value heads,
+// untied head.
+nn::GPTConfig llama_config(nn::GPTConfig c) {
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.bias = false;
+  c.positions = nn::PositionEncoding::none;
+  c.norm = nn::NormKind::rms;
+  c.norm_eps = 1e-6;
+  c.feed_forward = nn::FeedForwardKind::swiglu;
+  c.hidden = 12;
+  return c;
+}
+
+nn::GPT<RotaryMha> llama_gpt(const nn::GPTConfig& c) {
+  return nn::GPT<RotaryMha>(c, [](const attn::MultiHeadConfig& mc) {
+    RotaryMha a(mc);
+    a.score.pairs = attn::RotaryPairs::halves;
+    a.score.base = 500000.0;
+    return a;
+  });
+}
 
 // sum(module(x) ⊙ r) for a fixed random r: every output element reaches the loss.
 template <class F>
@@ -150,6 +177,86 @@ TEST_CASE("nn::GPT: the full backward of a tiny model against finite differences
   }
 }
 
+TEST_CASE("nn::GPT of GPT-2's and Llama's architectures: the full backward by finite differences") {
+  const auto ids = ids_of({2, 5}, {1, 2, 3, 4, 5, 6, 0, 1, 2, 3});
+  const auto targets = ids_of({2, 5}, {2, 3, 4, 5, 6, 0, 1, 2, 3, -100});
+  SUBCASE("GPT-2: tanh GELU, tied head, learned positions") {
+    nn::GPTConfig c = tiny_config();
+    c.feed_forward = nn::FeedForwardKind::gelu_tanh;
+    c.tie_weights = true;
+    nn::GPT<CausalMha> gpt(c);
+    attn::test::check_module_gradients(
+        gpt, [&](Tape<double>& tape) { return gpt.loss(tape, ids, targets); }, 5);
+  }
+  SUBCASE("Llama: RMSNorm, SwiGLU, rotary halves, grouped-query heads, no biases") {
+    nn::GPT<RotaryMha> gpt = llama_gpt(llama_config(tiny_config()));
+    attn::test::check_module_gradients(
+        gpt, [&](Tape<double>& tape) { return gpt.loss(tape, ids, targets); }, 3);
+  }
+}
+
+TEST_CASE("nn::GPT: a block's norm and feed-forward network are the modules they stand for") {
+  // The Llama block's parts, called on the same input, are nn::RMSNorm and nn::SwiGLU with the
+  // same weights; GPT-2's tanh GELU is gelu_tanh.
+  nn::GPT<RotaryMha> gpt = llama_gpt(llama_config(tiny_config()));
+  attn::Rng rng(4);
+  const Tensor<double> x = Tensor<double>::randn({2, 3, 8}, rng);
+  auto& block = gpt.blocks[0];
+  block.ln1.weight.value = Tensor<double>::randn({8}, rng);
+  nn::RMSNorm<double> rms(8, 1e-6);
+  rms.weight.value = block.ln1.weight.value;
+  nn::SwiGLU<double> swiglu = block.mlp.swiglu;
+  Tape<double> tape;
+  const Tensor<double> a = block.ln1(tape.leaf(x)).value(), b = rms(tape.leaf(x)).value();
+  const Tensor<double> c = block.mlp(tape.leaf(x)).value(), d = swiglu(tape.leaf(x)).value();
+  for (index_t i = 0; i < a.numel(); ++i) CHECK(a[i] == b[i]);
+  for (index_t i = 0; i < c.numel(); ++i) CHECK(c[i] == d[i]);
+  nn::MLP<double> mlp(8, 16, true, 0.3, 0.3, rng, nn::GeluForm::tanh);
+  const Tensor<double> e = mlp(tape.leaf(x)).value();
+  const Tensor<double> f = mlp.proj(Var<double>(attn::gelu_tanh(mlp.fc(tape.leaf(x))))).value();
+  for (index_t i = 0; i < e.numel(); ++i) CHECK(e[i] == f[i]);
+  // tanh GELU is not the exact one (a control: the forms differ where |x| is moderate).
+  nn::MLP<double> exact = mlp;
+  exact.gelu_form = nn::GeluForm::exact;
+  const Tensor<double> g = exact(tape.leaf(x)).value();
+  double most = 0;
+  for (index_t i = 0; i < e.numel(); ++i) most = std::max(most, std::abs(e[i] - g[i]));
+  CHECK(most > 1e-6);
+}
+
+TEST_CASE("nn::GPT of Llama's architecture: parameter names, counts, and its errors") {
+  nn::GPTConfig c = llama_config(tiny_config());
+  c.layers = 1;
+  nn::GPT<RotaryMha> gpt = llama_gpt(c);
+  std::vector<std::string> names;
+  gpt.for_each_parameter(
+      [&](const std::string& n, attn::Parameter<double>&) { names.push_back(n); });
+  const std::vector<std::string> expected{"tok_emb.weight",
+                                          "blocks.0.ln1.weight",
+                                          "blocks.0.attn.q_proj.weight",
+                                          "blocks.0.attn.k_proj.weight",
+                                          "blocks.0.attn.v_proj.weight",
+                                          "blocks.0.attn.out_proj.weight",
+                                          "blocks.0.ln2.weight",
+                                          "blocks.0.mlp.gate.weight",
+                                          "blocks.0.mlp.up.weight",
+                                          "blocks.0.mlp.down.weight",
+                                          "ln_f.weight",
+                                          "head.weight"};
+  CHECK(names == expected);
+  // 7·8 + block (8 + q 8·8 + k, v 4·8 each (2 key/value heads of 2) + out 8·8 + 8 + 3·(12·8))
+  // + 8 + 8·7.
+  CHECK(nn::parameter_count(gpt) == 56 + (8 + 64 + 32 + 32 + 64 + 8 + 288) + 8 + 56);
+  nn::GPTConfig bad = c;
+  bad.bias = true;
+  CHECK(attn::test::message_of([&] { llama_gpt(bad); }).find("SwiGLU network has no biases") !=
+        std::string::npos);
+  bad = c;
+  bad.norm_eps = 0;
+  CHECK(attn::test::message_of([&] { llama_gpt(bad); }).find("norm_eps (0) positive") !=
+        std::string::npos);
+}
+
 TEST_CASE("nn::GPT: parameter names and counts") {
   nn::GPTConfig c = tiny_config();
   c.layers = 1;
@@ -221,6 +328,8 @@ TEST_CASE("nn::GPT: decoding with the key/value cache equals the full forward pa
   c.positions = nn::PositionEncoding::sinusoidal;
   nn::GPT<LinearMha> linear(c);
   check(linear);
+  nn::GPT<RotaryMha> llama = llama_gpt(llama_config(tiny_config()));
+  check(llama);
 }
 
 TEST_CASE("nn::generate: the cached and the uncached sampler draw the same tokens") {

@@ -148,6 +148,11 @@ inline void put_gpt_config(Safetensors& file, const nn::GPTConfig& c) {
   m["config.positions"] = std::to_string(static_cast<int>(c.positions));
   m["config.init"] = std::to_string(static_cast<int>(c.init));
   m["config.seed"] = std::to_string(c.seed);
+  m["config.norm"] = std::to_string(static_cast<int>(c.norm));
+  std::snprintf(dropout, sizeof dropout, "%.17g", c.norm_eps);
+  m["config.norm_eps"] = dropout;
+  m["config.feed_forward"] = std::to_string(static_cast<int>(c.feed_forward));
+  m["config.hidden"] = std::to_string(c.hidden);
 }
 
 inline nn::GPTConfig get_gpt_config(const Safetensors& file, std::string_view source) {
@@ -171,8 +176,18 @@ inline nn::GPTConfig get_gpt_config(const Safetensors& file, std::string_view so
   c.d_model = count("config.d_model", 1, std::int64_t{1} << 16);
   c.heads = count("config.heads", 1, c.d_model);
   c.kv_heads = count("config.kv_heads", 0, c.heads);
-  const double d = double(c.d_model);
-  const double weights = double(c.layers) * (12 * d * d + 13 * d) +
+  // The blocks' norms and feed-forward networks: a checkpoint from before they could be chosen
+  // holds GPT-2's (LayerNorm, exact GELU MLP of 4·d_model).
+  if (file.metadata.count("config.norm") > 0) {
+    c.norm = static_cast<nn::NormKind>(count("config.norm", 0, 1));
+    c.norm_eps = metadata_double(file, "config.norm_eps", source);
+    ATTN_CHECK(c.norm_eps > 0 && c.norm_eps < 1, io_error, source,
+               ": metadata 'config.norm_eps' = ", c.norm_eps, " is outside (0, 1)");
+    c.feed_forward = static_cast<nn::FeedForwardKind>(count("config.feed_forward", 0, 2));
+    c.hidden = count("config.hidden", 0, std::int64_t{1} << 20);
+  }
+  const double d = double(c.d_model), hidden = c.hidden > 0 ? double(c.hidden) : 4 * d;
+  const double weights = double(c.layers) * (4 * d * d + 3 * d * hidden + 13 * d) +
                          (2 * double(c.vocab_size) + double(c.block_size)) * d;
   ATTN_CHECK(weights <= 0x1p36 && double(c.vocab_size) * d <= 0x1p32, io_error, source,
              ": its config describes a model of about ", weights,

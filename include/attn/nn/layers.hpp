@@ -105,6 +105,40 @@ struct RMSNorm {
   }
 };
 
+// The normalisation of a transformer: LayerNorm (GPT-2) or RMSNorm (Llama).
+enum class NormKind { layer, rms };
+
+// A LayerNorm or an RMSNorm, chosen at run time (a model's config says which): the same
+// parameters, names and results as the module it stands for (weight, and LayerNorm's bias).
+template <class T = float>
+struct Norm {
+  NormKind kind = NormKind::layer;
+  Parameter<T> weight;  // γ [D]
+  Parameter<T> bias;    // β [D]; LayerNorm's only
+  double eps = 1e-5;
+
+  Norm() = default;
+  Norm(NormKind kind_, index_t dim, double eps_)
+      : kind(kind_),
+        weight(Tensor<T>::ones({dim})),
+        bias(kind_ == NormKind::layer ? Tensor<T>::zeros({dim}) : Tensor<T>()),
+        eps(eps_) {
+    ATTN_CHECK(eps > 0, value_error, "nn::Norm: eps must be positive, got ", eps);
+  }
+
+  Var<T> operator()(const Var<T>& x) {
+    Tape<T>& tape = x.tape();
+    if (kind == NormKind::rms) return rms_norm(x, tape.param(weight), eps);
+    return layer_norm(x, tape.param(weight), tape.param(bias), eps);
+  }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    f(join_name(prefix, "weight"), weight);
+    if (kind == NormKind::layer) f(join_name(prefix, "bias"), bias);
+  }
+};
+
 // Inverted dropout with its own seeded stream; the identity when not training or p = 0.
 struct Dropout {
   double p = 0.0;
@@ -122,18 +156,26 @@ struct Dropout {
   }
 };
 
+// GELU, exact: x·Φ(x) (PyTorch's nn.GELU default); or tanh: GPT-2's approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (nn.GELU(approximate="tanh"), "gelu_new").
+enum class GeluForm { exact, tanh };
+
 // The transformer's position-wise feed-forward network: proj(GELU(fc(x))), hidden width 4·D.
-// GELU is the exact one, x·Φ(x) (PyTorch's nn.GELU default).
 template <class T = float>
 struct MLP {
   Linear<T> fc;    // [4D, D]
   Linear<T> proj;  // [D, 4D]
+  GeluForm gelu_form = GeluForm::exact;
 
   MLP() = default;
-  MLP(index_t dim, index_t hidden, bool bias, double std, double proj_std, Rng& rng)
-      : fc(dim, hidden, bias, std, rng), proj(hidden, dim, bias, proj_std, rng) {}
+  MLP(index_t dim, index_t hidden, bool bias, double std, double proj_std, Rng& rng,
+      GeluForm form = GeluForm::exact)
+      : fc(dim, hidden, bias, std, rng), proj(hidden, dim, bias, proj_std, rng), gelu_form(form) {}
 
-  Var<T> operator()(const Var<T>& x) { return proj(gelu(fc(x))); }
+  Var<T> operator()(const Var<T>& x) {
+    const Var<T> h = fc(x);
+    return proj(gelu_form == GeluForm::tanh ? Var<T>(gelu_tanh(h)) : Var<T>(gelu(h)));
+  }
 
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
@@ -166,6 +208,49 @@ struct SwiGLU {
     gate.for_each_parameter(f, join_name(prefix, "gate"));
     up.for_each_parameter(f, join_name(prefix, "up"));
     down.for_each_parameter(f, join_name(prefix, "down"));
+  }
+};
+
+// The feed-forward network of a transformer block: GPT's GELU MLP (exact or tanh GELU) or
+// Llama's SwiGLU, chosen at run time (a model's config says which).
+enum class FeedForwardKind { gelu, gelu_tanh, swiglu };
+
+template <class T = float>
+struct FeedForward {
+  FeedForwardKind kind = FeedForwardKind::gelu;
+  MLP<T> mlp;        // gelu and gelu_tanh: fc, proj
+  SwiGLU<T> swiglu;  // swiglu: gate, up, down (bias-free)
+
+  FeedForward() = default;
+  // Hidden width `hidden`; weights ~ N(0, std²), the projection back to the residual stream
+  // N(0, out_std²); `bias` for the MLP's (SwiGLU has none: a value_error when asked for).
+  FeedForward(FeedForwardKind kind_, index_t dim, index_t hidden, bool bias, double std,
+              double out_std, Rng& rng)
+      : kind(kind_) {
+    ATTN_CHECK(dim > 0 && hidden > 0, value_error, "nn::FeedForward: widths ", dim, " and ", hidden,
+               " must be positive");
+    if (kind == FeedForwardKind::swiglu) {
+      ATTN_CHECK(!bias, value_error,
+                 "nn::FeedForward: the SwiGLU network has no biases; build it without them");
+      swiglu = SwiGLU<T>(dim, hidden, std, out_std, rng);
+    } else {
+      mlp = MLP<T>(dim, hidden, bias, std, out_std, rng,
+                   kind == FeedForwardKind::gelu_tanh ? GeluForm::tanh : GeluForm::exact);
+    }
+  }
+
+  Var<T> operator()(const Var<T>& x) {
+    return kind == FeedForwardKind::swiglu ? swiglu(x) : mlp(x);
+  }
+  // The layer that writes into the residual stream (GPT-2 scales its initial weights).
+  Linear<T>& out_projection() { return kind == FeedForwardKind::swiglu ? swiglu.down : mlp.proj; }
+
+  template <class F>
+  void for_each_parameter(F&& f, std::string_view prefix = "") {
+    if (kind == FeedForwardKind::swiglu)
+      swiglu.for_each_parameter(f, prefix);
+    else
+      mlp.for_each_parameter(f, prefix);
   }
 };
 

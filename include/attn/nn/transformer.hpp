@@ -1,7 +1,9 @@
-// attn/nn/transformer.hpp: TransformerBlock<Attn> (pre- or post-LN residual block) and GPT<Attn>, a
-// decoder-only language model: token + position embeddings, blocks, final LayerNorm, vocabulary
-// head. Does not train or sample by itself (optim/ and nn/generate.hpp do); Attn is any attention
-// module.
+// attn/nn/transformer.hpp: TransformerBlock<Attn> (pre- or post-norm residual block) and GPT<Attn>,
+// a decoder-only language model: token + position embeddings, blocks, final norm, vocabulary head.
+// The architectures of GPT-2 (LayerNorm, tanh GELU MLP, learned positions, tied head) and of Llama
+// (RMSNorm, SwiGLU, no biases, rotary positions in its attention, grouped-query heads, untied
+// head) are configurations of the same two templates (BlockParts, GPTConfig). Does not train or
+// sample by itself (optim/ and nn/generate.hpp do); Attn is any attention module.
 #pragma once
 
 #include <cmath>
@@ -46,7 +48,26 @@ struct GPTConfig {
   InitScheme init = InitScheme::normal;
   double init_std = 0.02;
   std::uint64_t seed = 0;
+  // The blocks' norms (and the final one) and feed-forward networks: GPT-2's LayerNorm and exact
+  // GELU MLP of 4·d_model by default; Llama: NormKind::rms, FeedForwardKind::swiglu, its
+  // intermediate size, no bias.
+  NormKind norm = NormKind::layer;
+  double norm_eps = 1e-5;
+  FeedForwardKind feed_forward = FeedForwardKind::gelu;
+  index_t hidden = 0;  // the feed-forward network's width; 0: 4·d_model
 };
+
+// What a block has besides its attention: the kind of its norms and of its feed-forward network.
+struct BlockParts {
+  NormKind norm = NormKind::layer;
+  double norm_eps = 1e-5;
+  FeedForwardKind feed_forward = FeedForwardKind::gelu;
+  index_t hidden = 0;  // 0: 4·d_model
+};
+
+inline BlockParts block_parts(const GPTConfig& c) {
+  return {c.norm, c.norm_eps, c.feed_forward, c.hidden};
+}
 
 // The sinusoidal table of Vaswani et al. (2017): PE[p, 2i] = sin(p / 10000^(2i/D)),
 // PE[p, 2i+1] = cos(p / 10000^(2i/D)).
@@ -79,29 +100,32 @@ Var<T> add_positions(const Var<T>& x, const Var<T>& table, index_t offset,
   return x + embedding(table, ids);
 }
 
-// x + Attn(LN(x)), then + MLP(LN(·)) (pre-LN); or LN(x + Attn(x)), LN(· + MLP(·)) (post-LN).
+// x + Attn(N(x)), then + FF(N(·)) (pre-norm); or N(x + Attn(x)), N(· + FF(·)) (post-norm); N a
+// LayerNorm or RMSNorm, FF the GELU MLP or SwiGLU (BlockParts).
 template <AttentionModule Attn>
 struct TransformerBlock {
   using T = typename Attn::value_type;
   using Mask = typename Attn::mask_type;
 
-  LayerNorm<T> ln1, ln2;
+  Norm<T> ln1, ln2;
   Attn attn;
-  MLP<T> mlp;
+  FeedForward<T> mlp;
   Dropout attn_drop, mlp_drop;  // on the residual branches
   bool pre_ln = true;
 
-  TransformerBlock(const MultiHeadConfig& mc, bool pre_ln_, double proj_std,
-                   Rng& rng) requires std::constructible_from<Attn, const MultiHeadConfig&>
-      : TransformerBlock(Attn(mc), mc, pre_ln_, proj_std, rng) {}
+  TransformerBlock(
+      const MultiHeadConfig& mc, bool pre_ln_, double proj_std, Rng& rng,
+      const BlockParts& parts = {}) requires std::constructible_from<Attn, const MultiHeadConfig&>
+      : TransformerBlock(Attn(mc), mc, pre_ln_, proj_std, rng, parts) {}
 
   // With an attention module built by the caller (from the same `mc`).
   TransformerBlock(Attn attention, const MultiHeadConfig& mc, bool pre_ln_, double proj_std,
-                   Rng& rng)
-      : ln1(mc.d_model),
-        ln2(mc.d_model),
+                   Rng& rng, const BlockParts& parts = {})
+      : ln1(parts.norm, mc.d_model, parts.norm_eps),
+        ln2(parts.norm, mc.d_model, parts.norm_eps),
         attn(std::move(attention)),
-        mlp(mc.d_model, 4 * mc.d_model, mc.bias, mc.init_std, proj_std, rng),
+        mlp(parts.feed_forward, mc.d_model, parts.hidden > 0 ? parts.hidden : 4 * mc.d_model,
+            mc.bias, mc.init_std, proj_std, rng),
         attn_drop(mc.dropout, rng.split()),
         mlp_drop(mc.dropout, rng.split()),
         pre_ln(pre_ln_) {
@@ -179,6 +203,8 @@ class GPT {
     ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, value_error, "nn::GPT: dropout ", c.dropout,
                " outside [0, 1)");
     ATTN_CHECK(c.init_std > 0, value_error, "nn::GPT: init_std must be positive, got ", c.init_std);
+    ATTN_CHECK(c.hidden >= 0 && c.norm_eps > 0, value_error, "nn::GPT: hidden (", c.hidden,
+               ") must be >= 0 and norm_eps (", c.norm_eps, ") positive");
     Rng rng(c.seed);
     tok_emb = Embedding<T>(c.vocab_size, c.d_model, c.init_std, rng);
     if (c.positions == PositionEncoding::learned)
@@ -191,9 +217,9 @@ class GPT {
       MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,
                          c.bias,    c.init_std, rng.split()};
       mc.max_length = c.block_size;
-      blocks.emplace_back(make(mc), mc, c.pre_ln, proj_std, rng);
+      blocks.emplace_back(make(mc), mc, c.pre_ln, proj_std, rng, block_parts(c));
     }
-    ln_f = LayerNorm<T>(c.d_model);
+    ln_f = Norm<T>(c.norm, c.d_model, c.norm_eps);
     if (!c.tie_weights) head = Linear<T>(c.d_model, c.vocab_size, false, c.init_std, rng);
     emb_drop = Dropout(c.dropout, rng.split());
   }
@@ -256,7 +282,7 @@ class GPT {
 
   Embedding<T> tok_emb, pos_emb;
   std::vector<Block> blocks;
-  LayerNorm<T> ln_f;
+  Norm<T> ln_f;
   Linear<T> head;  // unused when tie_weights
   Dropout emb_drop;
 
