@@ -13,7 +13,9 @@ Writes, under tests/io/data/hf/:
                    "attn-hf-reference 1": for each model, ids [2, 12] (fixed token ids), the
                    logits [2, 12, 300] transformers computes in float32, a prompt [1, 5] and its
                    greedy continuation of 10 tokens (generate, do_sample=False), token ids as
-                   float64 values. llama_bf16's logits are those of the bfloat16 weights widened
+                   float64 values; and a batch of three prompts of 5, 3 and 7 tokens, left-padded
+                   (the attention mask 0 over the padding; -1 marks it in "<model>.batch"),
+                   with transformers' greedy continuations of 10 tokens ("<model>.batch_greedy"). llama_bf16's logits are those of the bfloat16 weights widened
                    to float32 (what attn computes after converting them on load).
 
 The weights are random (seeded), with initializer_range 0.2 so that every layer moves the logits
@@ -63,16 +65,26 @@ def save(model, name, **kwargs):
     print("saved %s" % os.path.relpath(path), file=sys.stderr)
 
 
-def outputs(model, name, ids, prompt):
+def outputs(model, name, ids, prompt, batch):
     model.eval()
     with torch.no_grad():
         logits = model(ids).logits.double()
         continuation = model.generate(prompt, max_new_tokens=10, do_sample=False,
                                       pad_token_id=0, eos_token_id=None,
                                       attention_mask=torch.ones_like(prompt))
+        longest = max(len(p) for p in batch)
+        padded = torch.zeros(len(batch), longest, dtype=torch.long)
+        mask = torch.zeros(len(batch), longest, dtype=torch.long)
+        for b, p in enumerate(batch):
+            padded[b, longest - len(p):] = p
+            mask[b, longest - len(p):] = 1
+        batched = model.generate(padded, attention_mask=mask, max_new_tokens=10, do_sample=False,
+                                 pad_token_id=0, eos_token_id=None)
+    marked = padded.double().masked_fill(mask == 0, -1.0)
     return [(name + ".ids", ids.double()), (name + ".logits", logits),
             (name + ".prompt", prompt.double()),
-            (name + ".greedy", continuation[:, prompt.shape[1]:].double())]
+            (name + ".greedy", continuation[:, prompt.shape[1]:].double()),
+            (name + ".batch", marked), (name + ".batch_greedy", batched[:, longest:].double())]
 
 
 def main():
@@ -80,6 +92,7 @@ def main():
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(0, VOCAB, (2, 12), generator=gen)
     prompt = torch.randint(0, VOCAB, (1, 5), generator=gen)
+    batch = [torch.randint(0, VOCAB, (n,), generator=gen) for n in (5, 3, 7)]
     tensors = []
 
     gpt2 = GPT2LMHeadModel(GPT2Config(
@@ -90,7 +103,7 @@ def main():
     randomise(gpt2, 1, 0.2)
     gpt2.tie_weights()
     save(gpt2, "gpt2")
-    tensors += outputs(gpt2, "gpt2", ids, prompt)
+    tensors += outputs(gpt2, "gpt2", ids, prompt, batch)
 
     llama_config = LlamaConfig(
         vocab_size=VOCAB, hidden_size=60, intermediate_size=136, num_hidden_layers=3,
@@ -101,14 +114,14 @@ def main():
     llama = LlamaForCausalLM(llama_config)
     randomise(llama, 2, 0.2)
     save(llama, "llama")
-    tensors += outputs(llama, "llama", ids, prompt)
+    tensors += outputs(llama, "llama", ids, prompt, batch)
 
     llama_bf16 = LlamaForCausalLM(llama_config).to(torch.bfloat16)
     llama_bf16.load_state_dict({k: v.to(torch.bfloat16) for k, v in llama.state_dict().items()})
     save(llama_bf16, "llama_bf16", max_shard_size="200kB")
     widened = LlamaForCausalLM(llama_config)
     widened.load_state_dict({k: v.float() for k, v in llama_bf16.state_dict().items()})
-    tensors += outputs(widened, "llama_bf16", ids, prompt)
+    tensors += outputs(widened, "llama_bf16", ids, prompt, batch)
 
     write_reference(os.path.join(OUT, "reference.txt"), FORMAT, "tests/io/hf_reference.py",
                     tensors)

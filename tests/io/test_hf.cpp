@@ -137,6 +137,62 @@ TEST_CASE("hf: bfloat16 weights in shards are widened exactly on load") {
   check_against_reference(model, "llama_bf16");
 }
 
+TEST_CASE("hf: left-padded batches continue as transformers' batched greedy generation") {
+  using Padded = attn::mask::And<attn::mask::Causal, attn::mask::LeftPadding>;
+  for (const char* name : {"gpt2", "llama"}) {
+    CAPTURE(name);
+    hf::Model<float, Padded> model = hf::load_model<float, Padded>(data / name);
+    hf::Model<float> alone = hf::load_model<float>(data / name);
+    const Tensor<double>& batch =
+        torch_reference::tensor(reference(), std::string(name) + ".batch");
+    const Tensor<double>& expected =
+        torch_reference::tensor(reference(), std::string(name) + ".batch_greedy");
+    const index_t B = batch.shape()[0], L = batch.shape()[1];
+    std::vector<std::vector<std::int32_t>> prompts(static_cast<std::size_t>(B));
+    for (index_t b = 0; b < B; ++b)
+      for (index_t i = 0; i < L; ++i)
+        if (batch[b * L + i] >= 0)
+          prompts[std::size_t(b)].push_back(std::int32_t(batch[b * L + i]));
+    attn::nn::SampleConfig s;
+    s.max_tokens = expected.shape()[1];
+    s.temperature = 0;
+    const auto rows = attn::nn::generate_batch(model, prompts, s);
+    REQUIRE(index_t(rows.size()) == B);
+    for (index_t b = 0; b < B; ++b) {
+      CAPTURE(b);
+      REQUIRE(index_t(rows[std::size_t(b)].size()) == expected.shape()[1]);
+      for (index_t i = 0; i < expected.shape()[1]; ++i)
+        CHECK(rows[std::size_t(b)][std::size_t(i)] ==
+              std::int32_t(expected[b * expected.shape()[1] + i]));
+      // Each row continues as its prompt does alone.
+      CHECK(attn::nn::generate(alone, prompts[std::size_t(b)], s) == rows[std::size_t(b)]);
+    }
+    // The padded forward pass: each row's real positions have the logits of the row alone.
+    std::vector<index_t> starts;
+    Tensor<std::int32_t> ids(attn::Shape{B, L}, std::int32_t{0});
+    for (index_t b = 0; b < B; ++b) {
+      starts.push_back(L - index_t(prompts[std::size_t(b)].size()));
+      for (std::size_t i = 0; i < prompts[std::size_t(b)].size(); ++i)
+        ids[b * L + starts.back() + index_t(i)] = prompts[std::size_t(b)][i];
+    }
+    attn::Tape<float> tape;
+    const Tensor<float> padded =
+        model(tape, ids, Padded{attn::mask::Causal{}, attn::mask::LeftPadding(starts)}).value();
+    const index_t V = padded.shape()[2];
+    for (index_t b = 0; b < B; ++b) {
+      const index_t n = index_t(prompts[std::size_t(b)].size());
+      Tensor<std::int32_t> one(attn::Shape{1, n});
+      std::copy(prompts[std::size_t(b)].begin(), prompts[std::size_t(b)].end(), one.begin());
+      const Tensor<float> single = alone(tape, one).value();
+      double worst = 0;
+      for (index_t i = 0; i < n * V; ++i)
+        worst = std::max(
+            worst, double(std::abs(single[i] - padded[(b * L + starts[std::size_t(b)]) * V + i])));
+      CHECK(worst < 1e-5);
+    }
+  }
+}
+
 TEST_CASE("hf: a model attn saves loads back with the same bits, in either architecture") {
   for (const char* name : {"gpt2", "llama"}) {
     CAPTURE(name);

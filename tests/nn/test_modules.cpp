@@ -367,6 +367,39 @@ TEST_CASE("nn::generate: the cached and the uncached sampler draw the same token
   CHECK(nn::generate(gpt, prompt, s).size() <= 5);
 }
 
+TEST_CASE("nn::sample_token: top-p keeps the nucleus, as transformers' TopPLogitsWarper") {
+  // Probabilities 0.5, 0.3, 0.2 (logits log p). transformers removes the tokens whose ascending
+  // cumulative probability is <= 1 - top_p: at 0.6 it keeps 0.5 and 0.3, at 0.5 only 0.5, at
+  // 0.81 all three; 1 filters nothing (the control).
+  const std::vector<double> logits{std::log(0.2), std::log(0.5), std::log(0.3)};
+  const auto draws = [&](double top_p, index_t top_k) {
+    nn::SampleConfig s;
+    s.top_p = top_p;
+    s.top_k = top_k;
+    attn::Rng rng(3);
+    std::vector<int> counts(3);
+    for (int i = 0; i < 4000; ++i) ++counts[std::size_t(nn::sample_token<double>(logits, s, rng))];
+    return counts;
+  };
+  std::vector<int> c = draws(0.6, 0);
+  CHECK(c[0] == 0);
+  CHECK(c[1] / 4000.0 == doctest::Approx(0.625).epsilon(0.05));  // 0.5 / 0.8
+  c = draws(0.5, 0);
+  CHECK(c[1] == 4000);
+  c = draws(0.81, 0);
+  CHECK(c[0] > 0);
+  c = draws(1.0, 0);
+  CHECK(c[0] / 4000.0 == doctest::Approx(0.2).epsilon(0.1));
+  // After top-k = 2 the candidates are 0.625 and 0.375: top_p 0.6 keeps only the first.
+  c = draws(0.6, 2);
+  CHECK(c[1] == 4000);
+  nn::SampleConfig bad;
+  bad.top_p = 0;
+  attn::Rng rng(1);
+  CHECK(attn::test::message_of([&] { nn::sample_token<double>(logits, bad, rng); }) ==
+        "sample_token: top_p must be in (0, 1], got 0");
+}
+
 TEST_CASE("nn::sample_token: temperature 0 is argmax; top-k keeps the k best") {
   const std::vector<float> logits{0.1f, 3.0f, -1.0f, 2.9f, 0.0f};
   attn::Rng rng(1);

@@ -352,6 +352,23 @@ And(A, B) -> And<A, B>;
 template <class A, class B>
 Or(A, B) -> Or<A, B>;
 
+// The first real position of each row of a left-padded batch when `m` is, or holds in an And, a
+// LeftPadding with its starts; null otherwise. A model numbers each row's absolute positions
+// from it (nn::GPT's learned or sinusoidal positions), as transformers numbers them from the
+// attention mask.
+template <class M>
+const std::vector<index_t>* left_padding_starts(const M&) {
+  return nullptr;
+}
+inline const std::vector<index_t>* left_padding_starts(const LeftPadding& m) {
+  return m.starts.get();
+}
+template <MaskPolicy A, MaskPolicy B>
+const std::vector<index_t>* left_padding_starts(const And<A, B>& m) {
+  const std::vector<index_t>* s = left_padding_starts(m.first);
+  return s != nullptr ? s : left_padding_starts(m.second);
+}
+
 }  // namespace mask
 
 static_assert(MaskPolicy<mask::None>);

@@ -45,9 +45,10 @@ struct Config {
 };
 
 // The model type load_model builds: a GPT whose attention is chosen at run time (GPT-2's scaled
-// dot product, or Llama's rotary positions in the half-split layout), causal.
-template <class T>
-using Model = nn::GPT<nn::AnyAttention<T, mask::Causal>>;
+// dot product, or Llama's rotary positions in the half-split layout) under Mask: mask::Causal, or
+// mask::And<Causal, LeftPadding> for left-padded batches (nn::generate_batch).
+template <class T, class Mask = mask::Causal>
+using Model = nn::GPT<nn::AnyAttention<T, Mask>>;
 
 namespace detail {
 
@@ -283,17 +284,17 @@ inline Config read_config(const std::filesystem::path& dir) {
 }
 
 // An attn model of `c`'s architecture, its weights drawn from `seed` (load_model replaces them).
-template <class T>
-Model<T> make_model(const Config& c) {
-  using Any = nn::AnyAttention<T, mask::Causal>;
+template <class T, class Mask = mask::Causal>
+Model<T, Mask> make_model(const Config& c) {
+  using Any = nn::AnyAttention<T, Mask>;
   if (c.architecture == Architecture::gpt2)
-    return Model<T>(c.model, [](const MultiHeadConfig& mc) {
-      return Any(MultiHeadAttention<score::ScaledDot, kernel::Softmax, mask::Causal, Heads<dynamic>,
+    return Model<T, Mask>(c.model, [](const MultiHeadConfig& mc) {
+      return Any(MultiHeadAttention<score::ScaledDot, kernel::Softmax, Mask, Heads<dynamic>,
                                     projection::Separate, T>(mc));
     });
-  return Model<T>(c.model, [theta = c.rope_theta](const MultiHeadConfig& mc) {
-    MultiHeadAttention<score::Rotary, kernel::Softmax, mask::Causal, Heads<dynamic>,
-                       projection::Separate, T>
+  return Model<T, Mask>(c.model, [theta = c.rope_theta](const MultiHeadConfig& mc) {
+    MultiHeadAttention<score::Rotary, kernel::Softmax, Mask, Heads<dynamic>, projection::Separate,
+                       T>
         a(mc);
     a.score.base = theta;
     a.score.pairs = RotaryPairs::halves;
@@ -378,8 +379,8 @@ inline Stored stored_as(Architecture a, const std::string& name) {
 // (make_model<T>(c)): every parameter must be there with its shape (an io_error naming the file,
 // the tensor and both shapes), finite, and nothing else may be there but the buffers transformers
 // leaves in older files (attention masks, rotary frequencies) and a tied head's copy.
-template <class T>
-void load_weights(const std::filesystem::path& dir, const Config& c, Model<T>& model) {
+template <class T, class Mask>
+void load_weights(const std::filesystem::path& dir, const Config& c, Model<T, Mask>& model) {
   auto stored = detail::read_weights(dir);
   std::set<std::string> used;
   model.for_each_parameter([&](const std::string& name, Parameter<T>& p) {
@@ -431,10 +432,10 @@ void load_weights(const std::filesystem::path& dir, const Config& c, Model<T>& m
 }
 
 // The model in `dir` (config.json and its weights), as attn computes it in T.
-template <class T>
-Model<T> load_model(const std::filesystem::path& dir, Config* config = nullptr) {
+template <class T, class Mask = mask::Causal>
+Model<T, Mask> load_model(const std::filesystem::path& dir, Config* config = nullptr) {
   const Config c = read_config(dir);
-  Model<T> model = make_model<T>(c);
+  Model<T, Mask> model = make_model<T, Mask>(c);
   load_weights(dir, c, model);
   model.set_training(false);
   if (config != nullptr) *config = c;
@@ -474,8 +475,8 @@ inline Config config_of(const nn::GPTConfig& m, Architecture a, double rope_thet
 // config.json and model.safetensors (float32, metadata format "pt"), each atomically. The
 // attention must be GPT-2's (scaled dot product) or Llama's (rotary, half-split layout, base
 // c.rope_theta): the format says nothing else, and config_of checks the rest.
-template <class T>
-void save_model(const std::filesystem::path& dir, const Config& c, Model<T>& model) {
+template <class T, class Mask>
+void save_model(const std::filesystem::path& dir, const Config& c, Model<T, Mask>& model) {
   const nn::GPTConfig& m = c.model;
   (void)config_of(m, c.architecture, c.rope_theta);
   std::filesystem::create_directories(dir);

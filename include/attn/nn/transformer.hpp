@@ -84,19 +84,26 @@ Tensor<T> sinusoidal_positions(index_t length, index_t dim) {
 
 // The position vectors of positions offset, …, offset + t − 1 added to x [B, t, D]: rows of
 // `table` [L, D] (a learned parameter, or a constant such as sinusoidal_positions), looked up by an
-// embedding whose ids are written into `ids` (scratch space the caller keeps between calls).
+// embedding whose ids are written into `ids` (scratch space the caller keeps between calls). With
+// `starts` (a left-padded batch: row b's first real token is at starts[b]), row b's positions
+// count from its first real token, offset + i − starts[b], and its padding takes position 0.
 template <class T>
 Var<T> add_positions(const Var<T>& x, const Var<T>& table, index_t offset,
-                     Tensor<std::int32_t>& ids) {
+                     Tensor<std::int32_t>& ids, const std::vector<index_t>* starts = nullptr) {
   const Shape& s = x.shape();
   ATTN_CHECK(s.rank() == 3 && table.shape().rank() == 2 && table.shape()[1] == s[2], shape_error,
              "add_positions: x ", s, " and table ", table.shape(), " must be [B, t, D] and [L, D]");
   ATTN_CHECK(offset >= 0 && offset + s[1] <= table.shape()[0], value_error,
              "add_positions: ", "positions ", offset, "..", offset + s[1] - 1,
              " exceed the table's ", table.shape()[0]);
+  ATTN_CHECK(starts == nullptr || index_t(starts->size()) == s[0], shape_error,
+             "add_positions: ", starts ? starts->size() : 0, " row starts for a batch of ", s[0]);
   ids.resize(Shape{s[0], s[1]});
-  for (index_t b = 0; b < s[0]; ++b)
-    for (index_t i = 0; i < s[1]; ++i) ids[b * s[1] + i] = std::int32_t(offset + i);
+  for (index_t b = 0; b < s[0]; ++b) {
+    const index_t shift = starts ? (*starts)[std::size_t(b)] : 0;
+    for (index_t i = 0; i < s[1]; ++i)
+      ids[b * s[1] + i] = std::int32_t(std::max<index_t>(offset + i - shift, 0));
+  }
   return x + embedding(table, ids);
 }
 
@@ -241,16 +248,19 @@ class GPT {
     for (Block& b : blocks) b.reseed(r.split());
   }
 
-  // ids [B, T] (T <= block_size) -> logits [B, T, V].
-  Var<T> operator()(Tape<T>& tape, const Tensor<std::int32_t>& ids) {
-    Var<T> x = embed(tape, ids, 0);
-    for (Block& b : blocks) x = b(x, Mask{});
+  // ids [B, T] (T <= block_size) -> logits [B, T, V], under `mask` (the attention's mask type:
+  // mask::Causal needs nothing; And<Causal, LeftPadding> takes each row's first real position,
+  // from which the row's absolute positions count).
+  Var<T> operator()(Tape<T>& tape, const Tensor<std::int32_t>& ids, const Mask& mask = {}) {
+    Var<T> x = embed(tape, ids, 0, mask);
+    for (Block& b : blocks) x = b(x, mask);
     return logits(tape, x);
   }
 
   // Mean cross-entropy of next-token targets [B, T] (-100 = ignored) under the logits.
-  Var<T> loss(Tape<T>& tape, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets) {
-    return cross_entropy((*this)(tape, ids), targets);
+  Var<T> loss(Tape<T>& tape, const Tensor<std::int32_t>& ids, const Tensor<std::int32_t>& targets,
+              const Mask& mask = {}) {
+    return cross_entropy((*this)(tape, ids, mask), targets);
   }
 
   // One key/value cache per block, for decode().
@@ -260,11 +270,14 @@ class GPT {
 
   // The logits of new positions ids [B, t] that follow the ones already in `caches` (which this
   // appends to): equal to the last t rows of the full forward pass over the whole sequence.
-  Var<T> decode(Tape<T>& tape, const Tensor<std::int32_t>& ids, std::vector<KVCache<T>>& caches) {
+  // `mask` as for operator(), over the whole sequence so far (a left-padded batch keeps its
+  // starts from the prompt on).
+  Var<T> decode(Tape<T>& tape, const Tensor<std::int32_t>& ids, std::vector<KVCache<T>>& caches,
+                const Mask& mask = {}) {
     ATTN_CHECK(caches.size() == blocks.size(), value_error, "GPT::decode: ", caches.size(),
                " caches for ", blocks.size(), " blocks (use make_caches())");
-    Var<T> x = embed(tape, ids, caches.front().length());
-    for (std::size_t l = 0; l < blocks.size(); ++l) x = blocks[l].decode(x, caches[l], Mask{});
+    Var<T> x = embed(tape, ids, caches.front().length(), mask);
+    for (std::size_t l = 0; l < blocks.size(); ++l) x = blocks[l].decode(x, caches[l], mask);
     return logits(tape, x);
   }
 
@@ -288,7 +301,7 @@ class GPT {
 
  private:
   // Token (and position) embeddings of ids [B, t] at positions offset, …, offset + t − 1.
-  Var<T> embed(Tape<T>& tape, const Tensor<std::int32_t>& ids, index_t offset) {
+  Var<T> embed(Tape<T>& tape, const Tensor<std::int32_t>& ids, index_t offset, const Mask& mask) {
     ATTN_CHECK(ids.rank() == 2 && ids.shape()[1] > 0, shape_error, "GPT: ids must be [B, T], got ",
                ids.shape());
     const index_t t = ids.shape()[1], D = config_.d_model;
@@ -300,7 +313,7 @@ class GPT {
       const Var<T> table = config_.positions == PositionEncoding::learned
                                ? tape.param(pos_emb.weight)
                                : tape.leaf(sinusoid_);
-      x = add_positions(x, table, offset, positions_);
+      x = add_positions(x, table, offset, positions_, attn::mask::left_padding_starts(mask));
     }
     return emb_drop(x, training_);
   }
