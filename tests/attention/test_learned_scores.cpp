@@ -197,6 +197,19 @@ struct RotaryHalves : score::Rotary {
   RotaryHalves() { pairs = attn::RotaryPairs::halves; }
 };
 
+// And with YaRN's stretched frequencies and attention factor (a context of 4 read 4 times
+// longer): every check again, the reference formula included.
+struct RotaryYarn : score::Rotary {
+  RotaryYarn() {
+    pairs = attn::RotaryPairs::halves;
+    scaling.kind = attn::RotaryScaling::Kind::yarn;
+    scaling.factor = 4;
+    scaling.original_context = 4;
+    scaling.beta_fast = 2;
+    scaling.beta_slow = 0.5;
+  }
+};
+
 }  // namespace
 
 // ---- every score, the same checks ---------------------------------------------------------------
@@ -205,7 +218,7 @@ struct RotaryHalves : score::Rotary {
 TEST_CASE_TEMPLATE(
     "each score: the module equals its formula, its gradients finite differences, "
     "decoding the full pass, threads bitwise",
-    S, score::Bilinear, score::Rotary, RotaryHalves, score::Cosine, score::Additive,
+    S, score::Bilinear, score::Rotary, RotaryHalves, RotaryYarn, score::Cosine, score::Additive,
     score::Synthesizer, score::Alibi) {
   constexpr bool key_free = attn::score_form<S>() == attn::ScoreForm::key_free;
   attn::Rng rng(4);

@@ -193,6 +193,35 @@ TEST_CASE("hf: left-padded batches continue as transformers' batched greedy gene
   }
 }
 
+TEST_CASE("hf: Llama's rope_scaling (linear, yarn, llama3) is read, used and written back") {
+  const fs::path dir = copy_of("llama", "rope");
+  edit_config(dir, "\"rope_scaling\": null",
+              "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+              "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+              "\"original_max_position_embeddings\": 16}");
+  hf::Config c;
+  hf::Model<float> scaled = hf::load_model<float>(dir, &c);
+  CHECK(c.rope_scaling.kind == attn::RotaryScaling::Kind::llama3);
+  CHECK(c.rope_scaling.factor == 8.0);
+  CHECK(c.rope_scaling.original_context == 16);
+  // The scaling reaches the attention: the logits move away from the unscaled model's.
+  hf::Model<float> plain = hf::load_model<float>(data / "llama");
+  const Tensor<std::int32_t> ids = ids_of(torch_reference::tensor(reference(), "llama.ids"));
+  const Tensor<double> a = logits_of(scaled, ids), b = logits_of(plain, ids);
+  double moved = 0;
+  for (index_t i = 0; i < a.numel(); ++i) moved = std::max(moved, std::abs(a[i] - b[i]));
+  CHECK(moved > 0.01);
+  const fs::path out = scratch("rope_out");
+  hf::save_model(out, c, scaled);
+  hf::Config back;
+  (void)hf::load_model<float>(out, &back);
+  CHECK(back.rope_scaling.kind == attn::RotaryScaling::Kind::llama3);
+  CHECK(back.rope_scaling.high_freq_factor == 4.0);
+  CHECK(back.rope_scaling.original_context == 16);
+  fs::remove_all(dir);
+  fs::remove_all(out);
+}
+
 TEST_CASE("hf: a model attn saves loads back with the same bits, in either architecture") {
   for (const char* name : {"gpt2", "llama"}) {
     CAPTURE(name);
@@ -275,8 +304,18 @@ TEST_CASE("hf: hostile files give one io_error naming the problem") {
       const char *model, *from, *to, *says;
     };
     for (const Case& k :
-         {Case{"llama", "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\"}",
-               "field 'rope_scaling' = {\"rope_type\":\"yarn\"} is not supported"},
+         {Case{"llama", "\"rope_scaling\": null",
+               "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}",
+               "field 'rope_scaling' = {\"factor\":2.0,\"rope_type\":\"dynamic\"} is not "
+               "supported (linear, yarn or llama3"},
+          Case{"llama", "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\"}",
+               "field 'rope_scaling' = {\"rope_type\":\"yarn\"} has no factor"},
+          Case{"llama", "\"rope_scaling\": null",
+               "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
+               "field 'original_max_position_embeddings' is missing"},
+          Case{"llama", "\"rope_scaling\": null",
+               "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 0.5}",
+               "field 'factor' = 0.5 is outside [1, "},
           Case{"llama", "\"attention_bias\": false", "\"attention_bias\": true",
                "field 'attention_bias' = true is not supported"},
           Case{"llama", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"",

@@ -267,14 +267,17 @@ struct Bilinear {
 //     s_ij = (R_{p_i} q_i)·(R_{p_j} k_j) / √Dh = q_iᵀ R_{p_j − p_i} k_j / √Dh,
 // a function of the relative position only, with no parameters and nothing added to the input.
 // `pairs` says which coordinates form pair c: adjacent ones (x_{2c}, x_{2c+1}), the paper's, or
-// halves (x_c, x_{c+Dh/2}), GPT-NeoX's and Llama's; `base` is Llama's rope_theta. Decoding
-// rotates each new key once at its own position and caches it rotated. Dh must be even.
+// halves (x_c, x_{c+Dh/2}), GPT-NeoX's and Llama's; `base` is Llama's rope_theta; `scaling`
+// stretches the frequencies for longer contexts (linear, NTK-aware, YaRN, Llama 3's bands:
+// RotaryScaling). Decoding rotates each new key once at its own position and caches it rotated.
+// Dh must be even.
 struct Rotary {
   static constexpr const char* name = "rotary";
   static constexpr ScoreForm form = ScoreForm::transformed;
   using inner = ScaledDot;
   double base = 10000.0;  // the paper's
   RotaryPairs pairs = RotaryPairs::adjacent;
+  RotaryScaling scaling;  // none
 
   // No parameters; the constructor checks the head width once, where the config is read.
   template <class T>
@@ -289,18 +292,20 @@ struct Rotary {
 
   template <class T>
   Var<T> transform_q(Params<T>&, const Var<T>& q, index_t position0) const {
-    return rotary_rotation(q, position0, base, pairs);
+    return rotary_rotation(q, position0, base, pairs, scaling);
   }
   template <class T>
   Var<T> transform_k(Params<T>&, const Var<T>& k, index_t position0) const {
-    return rotary_rotation(k, position0, base, pairs);
+    return rotary_rotation(k, position0, base, pairs, scaling);
   }
   template <class T>
   double reference(const Params<T>&, index_t, index_t, const double* q, const double* k, index_t d,
                    index_t pi, index_t pj) const {
+    const std::vector<double> thetas = rotary_frequencies(d, base, scaling);
+    const double m = rotary_attention_factor(scaling);
     double s = 0;
     for (index_t c = 0; c < d / 2; ++c) {
-      const double theta = std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(d));
+      const double theta = thetas[static_cast<std::size_t>(c)];
       const double ai = static_cast<double>(pi) * theta, aj = static_cast<double>(pj) * theta;
       const index_t u = pairs == RotaryPairs::adjacent ? 2 * c : c;
       const index_t w = pairs == RotaryPairs::adjacent ? 2 * c + 1 : c + d / 2;
@@ -310,7 +315,7 @@ struct Rotary {
       const double k1 = k[u] * std::sin(aj) + k[w] * std::cos(aj);
       s += q0 * k0 + q1 * k1;
     }
-    return s / std::sqrt(static_cast<double>(d));
+    return m * m * s / std::sqrt(static_cast<double>(d));
   }
 };
 

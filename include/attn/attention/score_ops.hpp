@@ -6,6 +6,7 @@
 // of the input only (so a decoding step transforms just its new rows).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,6 +21,97 @@ namespace attn {
 // trained with one needs that one to load its weights.
 enum class RotaryPairs { adjacent, halves };
 
+// How the rotary frequencies θ_c = base^{−2c/D} are stretched so that a model trained on a context
+// of L positions reads s = factor times more (each written from its source):
+//   none:    θ_c.
+//   linear:  θ_c / s ("Extending Context Window of Large Language Models via Positional
+//            Interpolation", Chen et al.): positions squeezed into the trained range.
+//   ntk:     base' = base · s^{D/(D−2)}, θ_c = base'^{−2c/D} (the "NTK-aware" scaled RoPE, as
+//            described in "YaRN: Efficient Context Window Extension of Large Language Models",
+//            Peng et al.): high frequencies kept, the lowest interpolated by s.
+//   yarn:    per pair, with r_c = L θ_c / 2π rotations over the trained context, a ramp
+//            γ_c = clamp((r_c' − α) / (β − α), 0, 1) over the pair index between the pairs that
+//            turn β and α times (YaRN's "NTK-by-parts", α = beta_slow, β = beta_fast, the
+//            boundaries rounded outward to whole pairs when `truncate`), and
+//            θ'_c = (1 − γ_c) θ_c / s + γ_c θ_c; both q and k are also multiplied by the
+//            attention factor √(1/t) = 0.1 ln s + 1 (or `attention_factor` when given).
+//   llama3:  the frequency bands of Llama 3.1's published reference code: with wavelength
+//            λ_c = 2π / θ_c, θ_c kept where λ_c < L / high_freq_factor, θ_c / s where
+//            λ_c > L / low_freq_factor, and between them θ'_c = (1 − σ) θ_c / s + σ θ_c with
+//            σ = (L / λ_c − low_freq_factor) / (high_freq_factor − low_freq_factor).
+// Only differences of positions enter the scores, as without scaling.
+struct RotaryScaling {
+  enum class Kind { none, linear, ntk, yarn, llama3 };
+  Kind kind = Kind::none;
+  double factor = 1;                                 // s
+  index_t original_context = 0;                      // L (yarn, llama3)
+  double beta_fast = 32, beta_slow = 1;              // yarn
+  bool truncate = true;                              // yarn: ramp ends on whole pairs
+  double attention_factor = 0;                       // yarn: 0 means 0.1 ln s + 1
+  double low_freq_factor = 1, high_freq_factor = 4;  // llama3
+};
+
+// The angles per position of each pair c < D/2 under `s` (double), checked.
+inline std::vector<double> rotary_frequencies(index_t d, double base, const RotaryScaling& s) {
+  using K = RotaryScaling::Kind;
+  ATTN_CHECK(d > 0 && d % 2 == 0 && base > 1, value_error, "rotary_frequencies: head width ", d,
+             " must be even and base ", base, " > 1");
+  ATTN_CHECK(s.kind == K::none || (s.factor >= 1 && std::isfinite(s.factor)), value_error,
+             "RotaryScaling: factor ", s.factor, " must be finite and >= 1");
+  ATTN_CHECK(s.kind != K::yarn && s.kind != K::llama3 ? true : s.original_context > 0, value_error,
+             "RotaryScaling: yarn and llama3 need the original context (> 0), got ",
+             s.original_context);
+  const index_t pairs = d / 2;
+  const double D = double(d), two_pi = 2 * std::acos(-1.0);
+  const double b = s.kind == K::ntk ? base * std::pow(s.factor, D / (D - 2)) : base;
+  std::vector<double> theta(static_cast<std::size_t>(pairs));
+  for (index_t c = 0; c < pairs; ++c) theta[std::size_t(c)] = std::pow(b, -2.0 * double(c) / D);
+  if (s.kind == K::linear)
+    for (double& t : theta) t /= s.factor;
+  if (s.kind == K::yarn) {
+    ATTN_CHECK(s.beta_fast > s.beta_slow && s.beta_slow > 0, value_error,
+               "RotaryScaling: yarn needs beta_fast (", s.beta_fast, ") > beta_slow (", s.beta_slow,
+               ") > 0");
+    // The (fractional) pair index that turns `rotations` times over L positions: θ_c L = 2π·rot
+    // solved for c.
+    const auto pair_of = [&](double rotations) {
+      return D * std::log(double(s.original_context) / (rotations * two_pi)) / (2 * std::log(base));
+    };
+    double lo = pair_of(s.beta_fast), hi = pair_of(s.beta_slow);
+    if (s.truncate) lo = std::floor(lo), hi = std::ceil(hi);
+    lo = std::max(lo, 0.0), hi = std::min(hi, D - 1);
+    if (hi == lo) hi += 0.001;  // a ramp of one point
+    for (index_t c = 0; c < pairs; ++c) {
+      const double ramp = std::clamp((double(c) - lo) / (hi - lo), 0.0, 1.0);
+      const double t = theta[std::size_t(c)];
+      theta[std::size_t(c)] = ramp * t / s.factor + (1 - ramp) * t;  // keep where the ramp is 0
+    }
+  }
+  if (s.kind == K::llama3) {
+    ATTN_CHECK(s.high_freq_factor > s.low_freq_factor && s.low_freq_factor > 0, value_error,
+               "RotaryScaling: llama3 needs high_freq_factor (", s.high_freq_factor,
+               ") > low_freq_factor (", s.low_freq_factor, ") > 0");
+    const double L = double(s.original_context);
+    for (double& t : theta) {
+      const double wavelength = two_pi / t;
+      if (wavelength > L / s.low_freq_factor) {
+        t /= s.factor;
+      } else if (wavelength >= L / s.high_freq_factor) {
+        const double smooth =
+            (L / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        t = (1 - smooth) * t / s.factor + smooth * t;
+      }
+    }
+  }
+  return theta;
+}
+
+// The factor on cos and sin (so on q and k): YaRN's, 1 otherwise.
+inline double rotary_attention_factor(const RotaryScaling& s) {
+  if (s.kind != RotaryScaling::Kind::yarn) return 1.0;
+  return s.attention_factor > 0 ? s.attention_factor : 0.1 * std::log(s.factor) + 1.0;
+}
+
 namespace detail {
 
 struct RowsGeometry {
@@ -31,23 +123,21 @@ inline RowsGeometry rows_geometry(const Shape& s, const char* op) {
   return {s[0], s[1], s[2], s[3]};
 }
 
-// cos and sin of the rotary angles (p0 + t) θ_c, θ_c = base^{−2c/D}, for rows t < T and pairs
-// c < D/2, each [T, D/2]. The angle is formed in double (positions times θ_0 = 1 reach the
-// thousands) and rounded once.
+// m cos and m sin of the rotary angles (p0 + t) θ_c for rows t < T and pairs c < D/2 (θ and m:
+// rotary_frequencies and rotary_attention_factor), each [T, D/2]. The angle is formed in double
+// (positions times θ_0 = 1 reach the thousands) and rounded once.
 template <class T>
-void rotary_table(index_t p0, index_t rows, index_t d, double base, Tensor<T>& cos,
-                  Tensor<T>& sin) {
-  const index_t pairs = d / 2;
+void rotary_table(index_t p0, index_t rows, const std::vector<double>& theta, double m,
+                  Tensor<T>& cos, Tensor<T>& sin) {
+  const index_t pairs = index_t(theta.size());
   cos.resize(Shape{rows, pairs});
   sin.resize(Shape{rows, pairs});
-  for (index_t c = 0; c < pairs; ++c) {
-    const double theta = std::pow(base, -2.0 * static_cast<double>(c) / static_cast<double>(d));
+  for (index_t c = 0; c < pairs; ++c)
     for (index_t t = 0; t < rows; ++t) {
-      const double angle = static_cast<double>(p0 + t) * theta;
-      cos(t, c) = static_cast<T>(std::cos(angle));
-      sin(t, c) = static_cast<T>(std::sin(angle));
+      const double angle = static_cast<double>(p0 + t) * theta[std::size_t(c)];
+      cos(t, c) = static_cast<T>(m * std::cos(angle));
+      sin(t, c) = static_cast<T>(m * std::sin(angle));
     }
-  }
 }
 
 // Every pair (a_u, a_w) of every row t of a [B, N, T, D] (u, w: pair c's coordinates in the
@@ -74,8 +164,8 @@ void rotate_pairs(const RowsGeometry& g, const T* cs, const T* sn, const T* a, T
   });
 }
 
-// y = R_t x per pair (x_u, x_w) of row t; R_t is a rotation, so dx = R_tᵀ dy:
-//   dx_u = dy_u cos + dy_w sin,   dx_w = −dy_u sin + dy_w cos.
+// y = m R_t x per pair (x_u, x_w) of row t; R_t is a rotation, so dx = m R_tᵀ dy:
+//   dx_u = dy_u cos + dy_w sin,   dx_w = −dy_u sin + dy_w cos   (m inside the tables).
 // self.saved[0], [1]: the cos and sin tables [T, D/2].
 struct RotaryOp {
   std::int32_t x;
@@ -148,13 +238,15 @@ struct UnitRowsOp {
 // Rotary position embedding (Su et al., "RoFormer: Enhanced Transformer with Rotary Position
 // Embedding"): x [B, N, T, D] with D even; row t is at position p0 + t, and its pair c < D/2,
 // (x_u, x_w) = (x_{2c}, x_{2c+1}) (`pairs` adjacent, the paper's) or (x_c, x_{c+D/2}) (halves,
-// GPT-NeoX's and Llama's), turns by the angle (p0 + t) θ_c, θ_c = base^{−2c/D}:
-//     y_u = x_u cos − x_w sin,   y_w = x_u sin + x_w cos.
+// GPT-NeoX's and Llama's), turns by the angle (p0 + t) θ_c, θ_c = base^{−2c/D} (stretched by
+// `scaling`, RotaryScaling), times the attention factor m (1 but for YaRN):
+//     y_u = m (x_u cos − x_w sin),   y_w = m (x_u sin + x_w cos).
 // A rotation keeps lengths, and R_pᵀ R_p' = R_{p'−p}: q rotated at p dotted with k rotated at p'
 // depends on the positions through p' − p only.
 template <class T>
 Var<T> rotary_rotation(const Var<T>& x, index_t position0, double base = 10000.0,
-                       RotaryPairs pairs = RotaryPairs::adjacent) {
+                       RotaryPairs pairs = RotaryPairs::adjacent,
+                       const RotaryScaling& scaling = {}) {
   Tape<T>& tape = x.tape();
   tape.check(x, "rotary_rotation");
   const detail::RowsGeometry g = detail::rows_geometry(x.shape(), "rotary_rotation");
@@ -163,7 +255,8 @@ Var<T> rotary_rotation(const Var<T>& x, index_t position0, double base = 10000.0
   ATTN_CHECK(base > 1, value_error, "rotary_rotation: base must be > 1, got ", base);
   auto [y, node] = tape.push(x.shape(), "rotary_rotation", x.requires_grad());
   node.saved.resize(2);
-  detail::rotary_table(position0, g.T, g.D, base, node.saved[0], node.saved[1]);
+  detail::rotary_table(position0, g.T, rotary_frequencies(g.D, base, scaling),
+                       rotary_attention_factor(scaling), node.saved[0], node.saved[1]);
   detail::rotate_pairs(g, node.saved[0].data(), node.saved[1].data(), x.value().data(),
                        node.value->data(), T{1}, false, pairs);
   if (node.requires_grad) tape.set_backward(node, detail::RotaryOp{x.index(), g, pairs});

@@ -41,6 +41,7 @@ struct Config {
   Architecture architecture = Architecture::gpt2;
   nn::GPTConfig model;            // vocabulary, context, layers, heads, width, norms, biases, head
   double rope_theta = 10000;      // Llama's rotary base
+  RotaryScaling rope_scaling;     // Llama's rope_scaling: none, linear, yarn or llama3
   std::string dtype = "float32";  // how the weights are stored: float32, float16 or bfloat16
 };
 
@@ -111,6 +112,13 @@ class Fields {
     ATTN_CHECK(v.is_string(), io_error, source_, ": field '", key, "' = ", v.dump(),
                " is not a string");
     return v.get<std::string>();
+  }
+  // The object `key` (absent or null: nullopt), as Fields of its own.
+  std::optional<Fields> object(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    ATTN_CHECK(j_.at(key).is_object(), io_error, source_, ": field '", key,
+               "' = ", j_.at(key).dump(), " is not an object");
+    return Fields(j_.at(key), source_ + " (" + key + ")");
   }
   // A field attn does not implement must be absent, null or `expected`.
   void require(const std::string& key, const json& expected, const std::string& why) const {
@@ -265,9 +273,47 @@ inline Config read_config(const std::filesystem::path& dir) {
     f.require("hidden_act", "silu", "the SwiGLU network uses SiLU");
     f.require("attention_bias", false, "attn's Llama projections have no bias");
     f.require("mlp_bias", false, "attn's SwiGLU has no bias");
-    ATTN_CHECK(!f.has("rope_scaling"), io_error, path.string(),
-               ": field 'rope_scaling' = ", f.text("rope_scaling"),
-               " is not supported (attn's rotary positions are unscaled)");
+    if (const std::optional<detail::Fields> r = f.object("rope_scaling")) {
+      // transformers writes rope_type (older files: type).
+      const std::string kind = r->string("rope_type", r->string("type", ""));
+      RotaryScaling& s = c.rope_scaling;
+      using K = RotaryScaling::Kind;
+      ATTN_CHECK(kind == "linear" || kind == "yarn" || kind == "llama3" || kind == "default",
+                 io_error, path.string(), ": field 'rope_scaling' = ", f.text("rope_scaling"),
+                 " is not supported (linear, yarn or llama3; a scaling that changes with the "
+                 "sequence, such as dynamic, is not)");
+      s.kind = kind == "linear"   ? K::linear
+               : kind == "yarn"   ? K::yarn
+               : kind == "llama3" ? K::llama3
+                                  : K::none;
+      if (s.kind != K::none) {
+        ATTN_CHECK(r->has("factor"), io_error, path.string(),
+                   ": field 'rope_scaling' = ", f.text("rope_scaling"), " has no factor");
+        s.factor = r->number("factor", 1, 1, 1e6);
+      }
+      if (s.kind == K::yarn || s.kind == K::llama3)
+        s.original_context =
+            r->integer("original_max_position_embeddings",
+                       s.kind == K::yarn ? std::optional<std::int64_t>(m.block_size) : std::nullopt,
+                       1, 1 << 24);
+      if (s.kind == K::yarn) {
+        s.beta_fast = r->number("beta_fast", 32, 1e-6, 1e6);
+        s.beta_slow = r->number("beta_slow", 1, 1e-6, 1e6);
+        s.truncate = r->flag("truncate", true);
+        s.attention_factor = r->number("attention_factor", 0, 1e-6, 1e6);
+        r->require("mscale", detail::json(), "give attention_factor instead");
+        r->require("mscale_all_dim", detail::json(), "give attention_factor instead");
+      }
+      if (s.kind == K::llama3) {
+        s.low_freq_factor = r->number("low_freq_factor", 1, 1e-6, 1e6);
+        s.high_freq_factor = r->number("high_freq_factor", 4, 1e-6, 1e6);
+      }
+      try {
+        (void)rotary_frequencies(m.d_model / m.heads, c.rope_theta, s);  // its own checks
+      } catch (const value_error& e) {
+        throw io_error(path.string() + ": field 'rope_scaling': " + e.what());
+      }
+    }
     ATTN_CHECK(!f.has("sliding_window"), io_error, path.string(),
                ": field 'sliding_window' = ", f.text("sliding_window"),
                " is not supported (Llama attends to every position)");
@@ -292,14 +338,16 @@ Model<T, Mask> make_model(const Config& c) {
       return Any(MultiHeadAttention<score::ScaledDot, kernel::Softmax, Mask, Heads<dynamic>,
                                     projection::Separate, T>(mc));
     });
-  return Model<T, Mask>(c.model, [theta = c.rope_theta](const MultiHeadConfig& mc) {
-    MultiHeadAttention<score::Rotary, kernel::Softmax, Mask, Heads<dynamic>, projection::Separate,
-                       T>
-        a(mc);
-    a.score.base = theta;
-    a.score.pairs = RotaryPairs::halves;
-    return Any(std::move(a));
-  });
+  return Model<T, Mask>(
+      c.model, [theta = c.rope_theta, scaling = c.rope_scaling](const MultiHeadConfig& mc) {
+        MultiHeadAttention<score::Rotary, kernel::Softmax, Mask, Heads<dynamic>,
+                           projection::Separate, T>
+            a(mc);
+        a.score.base = theta;
+        a.score.pairs = RotaryPairs::halves;
+        a.score.scaling = scaling;
+        return Any(std::move(a));
+      });
 }
 
 namespace detail {
@@ -534,7 +582,29 @@ void save_model(const std::filesystem::path& dir, const Config& c, Model<T, Mask
     j["hidden_act"] = "silu";
     j["rms_norm_eps"] = m.norm_eps;
     j["rope_theta"] = c.rope_theta;
-    j["rope_scaling"] = nullptr;
+    const RotaryScaling& s = c.rope_scaling;
+    using K = RotaryScaling::Kind;
+    ATTN_CHECK(s.kind != K::ntk, value_error,
+               "hf::save_model: the NTK-aware rotary scaling has no rope_scaling of transformers");
+    if (s.kind == K::none) {
+      j["rope_scaling"] = nullptr;
+    } else {
+      nlohmann::ordered_json r;
+      r["rope_type"] = s.kind == K::linear ? "linear" : s.kind == K::yarn ? "yarn" : "llama3";
+      r["factor"] = s.factor;
+      if (s.kind != K::linear) r["original_max_position_embeddings"] = s.original_context;
+      if (s.kind == K::yarn) {
+        r["beta_fast"] = s.beta_fast;
+        r["beta_slow"] = s.beta_slow;
+        r["truncate"] = s.truncate;
+        if (s.attention_factor > 0) r["attention_factor"] = s.attention_factor;
+      }
+      if (s.kind == K::llama3) {
+        r["low_freq_factor"] = s.low_freq_factor;
+        r["high_freq_factor"] = s.high_freq_factor;
+      }
+      j["rope_scaling"] = r;
+    }
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
     j["tie_word_embeddings"] = m.tie_weights;
