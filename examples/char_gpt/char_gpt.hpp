@@ -26,6 +26,8 @@ struct TrainOptions {
   std::vector<std::string> vocab_from;  // extra corpora whose characters join the vocabulary
   std::string attention = "standard";
   std::string positions = "learned";
+  std::string arch = "char_gpt";  // char_gpt (the demo's), gpt2 or llama
+  std::string export_hf;          // write the trained model here in the Hugging Face format
   index_t layers = 4, heads = 4, embd = 128, block = 64, batch = 32;
   index_t shards = 0;  // data-parallel shards of every batch (0: one per rank)
   std::int64_t steps = 600, warmup = 50;
@@ -62,6 +64,12 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   s.text("positions", t.positions, "position encoding")
       .choices({"learned", "sinusoidal", "none"})
       .on_resume(not_saved);
+  s.text("arch", t.arch,
+         "architecture of a new model: char_gpt (LayerNorm, exact GELU, untied head), gpt2 "
+         "(tanh GELU, tied head, --attention standard) or llama (RMSNorm, SwiGLU of width "
+         "8·embd/3, no biases, untied head, --attention rotary-halves, --positions none)")
+      .choices({"char_gpt", "gpt2", "llama"})
+      .on_resume(not_saved);  // the checkpoint's config.* holds the architecture
   s.integer("layers", t.layers, "transformer blocks").range(1, 64).on_resume(not_saved);
   s.integer("heads", t.heads, "attention heads (must divide --embd)")
       .range(1, 64)
@@ -119,6 +127,11 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
       .on_resume(not_saved);
   s.real("temperature", t.temperature, "sampling temperature").range(0, 100).on_resume(not_saved);
   s.text("prompt", t.prompt, "text the sample continues (characters of the vocabulary)")
+      .on_resume(not_saved);
+  s.text("export-hf", t.export_hf,
+         "when the run is done, write the model here as transformers saves a GPT-2 or Llama "
+         "(config.json, model.safetensors; --arch gpt2 or llama); refused where it exists, "
+         "unless --overwrite")
       .on_resume(not_saved);
   // Checkpoints written before a setting existed.
   s.fallback_when_missing("data");

@@ -57,6 +57,19 @@ int main(int argc, char** argv) {
           throw CLI::ValidationError("--min-lr " + examples::shortest(t.min_lr) +
                                      " is above --lr " + examples::shortest(t.lr) +
                                      ": the cosine falls from --lr to --min-lr");
+        // An architecture's attention and positions: implied when not given, else checked.
+        const auto implied = [&](const char* name, std::string& value,
+                                 const std::string& arch_value) {
+          if (!settings.given(name))
+            value = arch_value;
+          else if (value != arch_value)
+            throw CLI::ValidationError("--arch " + t.arch + " has --" + name + " " + arch_value +
+                                       ", not " + value);
+        };
+        if (t.arch == "gpt2") implied("attention", t.attention, "standard");
+        if (t.arch == "gpt2") implied("positions", t.positions, "learned");
+        if (t.arch == "llama") implied("attention", t.attention, "rotary-halves");
+        if (t.arch == "llama") implied("positions", t.positions, "none");
         return job.train(t, settings);
       },
       {&error, !job.leader()});

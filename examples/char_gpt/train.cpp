@@ -32,6 +32,7 @@
 #include "../common/format.hpp"
 #include "../common/model_config.hpp"
 #include "char_gpt.hpp"
+#include "export_hf.hpp"
 
 namespace {
 
@@ -235,7 +236,26 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   nn::GPTConfig config = examples::run_config(
       saved_model, source, resuming, settings,
       {tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed}, saved_positions);
-  if (!saved_model) config.positions = position_names.at(o.positions);
+  if (!saved_model) {
+    config.positions = position_names.at(o.positions);
+    char_gpt::apply_arch(config, o.arch);
+  }
+  const std::string arch = char_gpt::arch_of(config);
+  ATTN_CHECK(!settings.given("arch") || arch == o.arch, attn::value_error, "--arch ", o.arch,
+             " conflicts with ", source, ", a ", arch, " model");
+  // --export-hf: a format of a known architecture, into a place that holds no earlier export.
+  if (!o.export_hf.empty() && dp.leader()) {
+    ATTN_CHECK(arch != "char_gpt" && o.attention == char_gpt::arch_attention(arch),
+               attn::value_error,
+               "--export-hf writes a gpt2 or llama model (--arch gpt2 or llama, "
+               "their attention); this run's is ",
+               arch, " with --attention ", o.attention);
+    ATTN_CHECK(!fs::exists(o.export_hf) || o.overwrite, attn::value_error, "--export-hf ",
+               o.export_hf, " exists: choose another directory, or pass --overwrite");
+    ATTN_CHECK(!attn::train::same_path(o.export_hf, out), attn::value_error, "--export-hf ",
+               o.export_hf, " is the run's own directory --out: choose another");
+    attn::train::check_writable_directory(o.export_hf, "--export-hf");
+  }
   const index_t block = config.block_size;
   for (const auto split : {attn::data::Split::train, attn::data::Split::validation})
     ATTN_CHECK(batches.size(split) > block, attn::value_error, "char_gpt: the ",
@@ -370,6 +390,10 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   if (const std::string line = session.end_line(ran); !line.empty())
     std::printf("%s\n", line.c_str());
   if (ran.stopped) return trainer.exit_status(ran);
+  if (!o.export_hf.empty() && ran.steps_done == o.steps) {
+    char_gpt::export_hf(o.export_hf, model);
+    std::printf("exported (Hugging Face format, %s): %s\n", arch.c_str(), o.export_hf.c_str());
+  }
   std::fflush(stdout);  // the run's files are named before a long sample starts
 
   if (o.sample_tokens > 0) {

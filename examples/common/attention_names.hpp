@@ -41,6 +41,9 @@ inline constexpr AttentionName attention_registry[] = {
     {"alibi-learned",
      "ALiBi with learned per-head slopes, the paper's at the start "
      "(--positions none)"},
+    {"rotary-halves",
+     "rotary positions in GPT-NeoX's and Llama's half-split layout (Llama's attention; "
+     "--positions none)"},
 };
 
 // Another name of a registry entry.

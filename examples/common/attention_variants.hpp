@@ -64,11 +64,20 @@ inline attn::MultiHeadConfig with_learned_alibi(attn::MultiHeadConfig c) {
   return c;
 }
 
+// Rotary with the half-split pairs (x_c, x_{c+Dh/2}) of GPT-NeoX and Llama: Rotary's code, a
+// run-time setting of its score.
+struct RotaryHalves : Rotary {
+  explicit RotaryHalves(const attn::MultiHeadConfig& c) : Rotary(c) {
+    score.pairs = attn::RotaryPairs::halves;
+  }
+};
+
 // The module type of each registry entry (attention_names.hpp), in the registry's order.
 using AttentionTypes =
     std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer, Rotary, Alibi, Cosine,
                Bilinear, Additive, Linformer<32>, WithConfig<Standard, with_sinks>,
-               WithConfig<Standard, with_t5_bias>, WithConfig<Standard, with_learned_alibi>>;
+               WithConfig<Standard, with_t5_bias>, WithConfig<Standard, with_learned_alibi>,
+               RotaryHalves>;
 static_assert(std::tuple_size_v<AttentionTypes> == std::size(attention_registry),
               "every attention name needs its type, in the registry's order");
 

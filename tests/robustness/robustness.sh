@@ -133,6 +133,14 @@ expect 2 "--seed: '-1' is not a non-negative integer" -- "$G" "${tiny_gpt[@]}" -
 expect 2 "--lr: 11 is outside \[0, 10\]" -- "$G" "${tiny_gpt[@]}" --out s/p7 --lr 11
 expect 2 "--min-lr 0.01 is above --lr 0.002: the cosine falls from --lr to --min-lr" -- "$G" "${tiny_gpt[@]}" --out s/p10 --min-lr 0.01
 expect 2 "--attention: 'nope' is not one of additive, alibi" -- "$G" "${tiny_gpt[@]}" --out s/p8 --attention nope
+expect 2 "--arch gpt2 has --attention standard, not euclidean" -- "$G" "${tiny_gpt[@]}" --out s/p11 --arch gpt2 --attention euclidean
+expect 2 "--arch llama has --positions none, not learned" -- "$G" "${tiny_gpt[@]}" --out s/p12 --arch llama --positions learned
+expect 1 "--export-hf writes a gpt2 or llama model .* this run's is char_gpt" -- "$G" "${tiny_gpt[@]}" --out s/p13 --export-hf s/p13hf
+mkdir -p s/p14hf
+expect 1 "--export-hf s/p14hf exists: choose another directory, or pass --overwrite" -- "$G" "${tiny_gpt[@]}" --out s/p14 --arch gpt2 --export-hf s/p14hf
+quiet "$G" "${tiny_gpt[@]}" --out s/p15 --arch llama --export-hf s/p15hf
+grep -q '"model_type": "llama"' s/p15hf/config.json && [ -s s/p15hf/model.safetensors ] ||
+  fail "--arch llama --export-hf: no Llama model in s/p15hf"
 expect 2 "--seed: '18446744073709551616' is larger than 2\^64 - 1" -- "$G" "${tiny_gpt[@]}" --out s/p9 --seed 18446744073709551616
 expect 2 "--seed: '12345678901234567890123' is larger than 2\^64 - 1" -- "$G" sample guard/c/checkpoint.safetensors --seed 12345678901234567890123
 expect 2 "The following argument was not expected: --bogus" -- "$G" --bogus
