@@ -82,7 +82,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     c = CONFIGS[args.config]
-    model = GPT(c["vocab"], c["layers"], c["heads"], c["embd"], c["block"]).eval()
+    model = GPT(c["vocab"], c["layers"], c["heads"], c["embd"], c["block"], 0.0).eval()
     prompt = [(i + 1) % c["vocab"] for i in range(args.prompt)]
     generate(model, prompt, args.tokens, c["block"], 0.8, 7)  # warm-up
     times = []
