@@ -4,6 +4,7 @@ attn_add_benchmark(attention attention.cpp)
 find_package(CLI11 CONFIG REQUIRED)  # the command lines of bench_train_step, _generate, _hull
 attn_add_benchmark(train_step train_step.cpp LIBS CLI11::CLI11)
 attn_add_benchmark(generate generate.cpp LIBS CLI11::CLI11)
+attn_add_benchmark(hf_generate hf_generate.cpp LIBS CLI11::CLI11)
 attn_add_benchmark(approx approx.cpp)
 attn_add_benchmark(checkpoint_load checkpoint_load.cpp)
 if(ATTN_CUDA)  # nvcc; attn_add_cuda_executable is defined in cuda/CMakeLists.txt
