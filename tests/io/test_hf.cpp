@@ -5,17 +5,15 @@
 // (a tensor missing or of another shape, a cut file, a config that lies, a field attn does not
 // implement, a shard outside the directory) each give one io_error naming what is wrong.
 #include <doctest/doctest.h>
-#include <unistd.h>
 #include <attn/io/hf.hpp>
 #include <attn/nn/generate.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <iterator>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../test_files.hpp"
 #include "../test_util.hpp"
 #include "../torch_reference_file.hpp"
 
@@ -79,20 +77,11 @@ void check_against_reference(hf::Model<float>& model, const std::string& name) {
   }
 }
 
+using attn::test::read_text;
+using attn::test::write_text;
+
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("attn_hf_" + name + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
+  return attn::test::fresh_dir("attn_hf_", name);
 }
 
 // A copy of the reference model `name` in a scratch directory.

@@ -2,18 +2,16 @@
 // signal ends it; the files of a run with one owner (refusals, the log of a resumed run, an
 // overwrite that changes nothing until the new run writes).
 #include <doctest/doctest.h>
-#include <unistd.h>
 #include <attn/train/loop.hpp>
 #include <attn/train/run_files.hpp>
 
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../test_files.hpp"
 #include "../test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -23,21 +21,7 @@ namespace train = attn::train;
 namespace {
 
 fs::path loop_test_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("attn_loop_" + name + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string read_back(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void put_file(const fs::path& p, const std::string& text) {
-  std::ofstream(p) << text;
+  return attn::test::fresh_dir("attn_loop_", name);
 }
 
 // A run of `steps` steps whose step s has loss s; `reports` collects what the hook saw.
@@ -177,27 +161,27 @@ train::RunRequest request(const fs::path& dir, bool resuming, bool overwrite) {
 
 TEST_CASE("RunFiles: a new run refuses an earlier run's files unless asked") {
   const fs::path dir = loop_test_dir("refuse");
-  put_file(dir / "log.csv", "step,loss\n1,2\n");
+  attn::test::write_text(dir / "log.csv", "step,loss\n1,2\n");
   const std::string m =
       message_of([&] { train::RunFiles(layout_in(dir), request(dir, false, false)); });
   CHECK(m.find("trainer: an earlier run's files are in the way") != std::string::npos);
   CHECK(m.find("log.csv") != std::string::npos);
   CHECK(m.find("choose another --out") != std::string::npos);
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,2\n");
+  CHECK(attn::test::read_text(dir / "log.csv") == "step,loss\n1,2\n");
   fs::remove_all(dir);
 }
 
 TEST_CASE("RunFiles: --overwrite replaces the earlier run only when the new one writes") {
   const fs::path dir = loop_test_dir("overwrite");
-  put_file(dir / "checkpoint.safetensors", "old");
-  put_file(dir / "log.csv", "step,loss\n1,2\n");
-  put_file(dir / "loss.svg", "<svg/>");
+  attn::test::write_text(dir / "checkpoint.safetensors", "old");
+  attn::test::write_text(dir / "log.csv", "step,loss\n1,2\n");
+  attn::test::write_text(dir / "loss.svg", "<svg/>");
   {
     train::RunFiles files(layout_in(dir), request(dir, false, true));
     // Stopped before the first step: the old run is untouched.
   }
-  CHECK(read_back(dir / "checkpoint.safetensors") == "old");
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,2\n");
+  CHECK(attn::test::read_text(dir / "checkpoint.safetensors") == "old");
+  CHECK(attn::test::read_text(dir / "log.csv") == "step,loss\n1,2\n");
   CHECK(fs::exists(dir / "loss.svg"));
   {
     train::RunFiles files(layout_in(dir), request(dir, false, true));
@@ -205,26 +189,28 @@ TEST_CASE("RunFiles: --overwrite replaces the earlier run only when the new one 
     CHECK_FALSE(fs::exists(dir / "checkpoint.safetensors"));
     CHECK_FALSE(fs::exists(dir / "loss.svg"));
   }
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,0.5\n");
+  CHECK(attn::test::read_text(dir / "log.csv") == "step,loss\n1,0.5\n");
   fs::remove_all(dir);
 }
 
 TEST_CASE("RunFiles: a resumed run's log is cut back to its checkpoint and continued") {
   const fs::path dir = loop_test_dir("resume");
-  put_file(dir / "checkpoint.safetensors", "ckpt");
-  put_file(dir / "log.csv", "step,loss\n1,3\n2,2.5\n3,2\n4,1.");  // step 4 cut short by a crash
+  attn::test::write_text(dir / "checkpoint.safetensors", "ckpt");
+  attn::test::write_text(dir / "log.csv",
+                         "step,loss\n1,3\n2,2.5\n3,2\n4,1.");  // step 4 cut short by a crash
   train::RunFiles files(layout_in(dir), request(dir, true, false));
   files.resume_log(2);
   REQUIRE(files.rows().size() == 2);
   CHECK(files.rows()[1] == std::vector<double>{2, 2.5});
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,3\n2,2.5\n");
+  CHECK(attn::test::read_text(dir / "log.csv") == "step,loss\n1,3\n2,2.5\n");
   files.log_row({3, 1.75});
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,3\n2,2.5\n3,1.75\n");
+  CHECK(attn::test::read_text(dir / "log.csv") == "step,loss\n1,3\n2,2.5\n3,1.75\n");
   // The rows kept and this session's: the plot's curves.
   CHECK(files.column(0) == std::vector<double>{1, 2, 3});
   CHECK(files.column(1) == std::vector<double>{3, 2.5, 1.75});
   CHECK(message_of([&] { (void)files.column(2); }).find("is not a column") != std::string::npos);
-  CHECK(read_back(dir / "checkpoint.safetensors") == "ckpt");  // a resumed run keeps its checkpoint
+  CHECK(attn::test::read_text(dir / "checkpoint.safetensors") ==
+        "ckpt");  // a resumed run keeps its checkpoint
   fs::remove_all(dir);
 }
 
@@ -236,20 +222,20 @@ TEST_CASE("RunFiles: one owner, and no output may be an input") {
           train::RunFiles(layout_in(dir), request(dir, false, false));
         }).find("is in use by another process") != std::string::npos);
   const fs::path other = loop_test_dir("inputs");
-  put_file(other / "log.csv", "corpus");
+  attn::test::write_text(other / "log.csv", "corpus");
   train::RunRequest r = request(other, false, true);
   r.inputs = {{other / "log.csv", "--data"}};
   const std::string m = message_of([&] { train::RunFiles(layout_in(other), r); });
   CHECK(m.find("--out " + other.string() + " (its log.csv)") != std::string::npos);
   CHECK(m.find("is the file --data reads") != std::string::npos);
-  CHECK(read_back(other / "log.csv") == "corpus");
+  CHECK(attn::test::read_text(other / "log.csv") == "corpus");
   fs::remove_all(dir);
   fs::remove_all(other);
 }
 
 TEST_CASE("RunFiles: a place that takes no files fails before anything runs") {
   const fs::path dir = loop_test_dir("file");
-  put_file(dir / "plain", "x");
+  attn::test::write_text(dir / "plain", "x");
   const fs::path inside = dir / "plain" / "run";
   CHECK(message_of([&] {
           train::RunFiles(layout_in(inside), request(inside, false, false));

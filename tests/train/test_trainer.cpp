@@ -4,18 +4,16 @@
 // to its checkpoint and continued; a signal ends the session after its step, saved, with 128 +
 // the signal; a process that does not own the run writes nothing.
 #include <doctest/doctest.h>
-#include <unistd.h>
 #include <attn/train/trainer.hpp>
 
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../test_files.hpp"
 #include "../test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -26,23 +24,11 @@ namespace train = attn::train;
 // names are in scope too.
 namespace trainer_test {
 
+using attn::test::read_text;
+using attn::test::write_text;
+
 fs::path trainer_test_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("attn_trainer_" + name + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string read_back(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void put_file(const fs::path& p, const std::string& text) {
-  std::ofstream(p) << text;
+  return attn::test::fresh_dir("attn_trainer_", name);
 }
 
 train::RunLayout layout_in(const fs::path& dir) {
@@ -82,7 +68,7 @@ struct Events {
             .save =
                 [this, checkpoint](const train::RunPoint& p) {
                   events.push_back("s" + std::to_string(p.steps_done));
-                  put_file(checkpoint, std::to_string(p.steps_done));
+                  write_text(checkpoint, std::to_string(p.steps_done));
                 },
             .log = [this](const train::StepReport& r, const train::RunPoint& p,
                           bool saved) -> std::optional<std::vector<double>> {
@@ -110,8 +96,8 @@ TEST_CASE("Trainer: saves every n steps and at the last, after the evaluation, b
   const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
   CHECK(e.events == std::vector<std::string>{"l1", "e2", "s2", "l2*", "l3", "e4", "s4", "l4*", "e5",
                                              "s5", "l5*"});
-  CHECK(read_back(dir / "checkpoint") == "5");
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n5,5\n");
+  CHECK(read_text(dir / "checkpoint") == "5");
+  CHECK(read_text(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n5,5\n");
   CHECK(trainer.files().column(1) == std::vector<double>{1, 2, 3, 4, 5});
   CHECK(ran.steps_done == 5);
   CHECK(trainer.exit_status(ran) == 0);
@@ -120,9 +106,9 @@ TEST_CASE("Trainer: saves every n steps and at the last, after the evaluation, b
 
 TEST_CASE("Trainer: an overwrite replaces the earlier run at the first save, not before") {
   const fs::path dir = trainer_test_dir("overwrite");
-  put_file(dir / "checkpoint", "old");
-  put_file(dir / "log.csv", "step,loss\n1,9\n");
-  put_file(dir / "plot.svg", "<svg/>");
+  write_text(dir / "checkpoint", "old");
+  write_text(dir / "log.csv", "step,loss\n1,9\n");
+  write_text(dir / "plot.svg", "<svg/>");
   const train::StopRequest stop;
   {
     train::Trainer trainer(layout_in(dir), request(dir, false, true), stop);
@@ -131,8 +117,8 @@ TEST_CASE("Trainer: an overwrite replaces the earlier run at the first save, not
     CHECK(message_of([&] { trainer.start_session(where(0, 4, -1)); }).find("is negative") !=
           std::string::npos);
   }
-  CHECK(read_back(dir / "checkpoint") == "old");
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,9\n");
+  CHECK(read_text(dir / "checkpoint") == "old");
+  CHECK(read_text(dir / "log.csv") == "step,loss\n1,9\n");
   train::Trainer trainer(layout_in(dir), request(dir, false, true), stop);
   trainer.start_session(where(0, 4));
   Events e;
@@ -144,15 +130,15 @@ TEST_CASE("Trainer: an overwrite replaces the earlier run at the first save, not
   };
   trainer.run(10, loss_step, hooks);
   CHECK_FALSE(fs::exists(dir / "plot.svg"));
-  CHECK(read_back(dir / "checkpoint") == "4");
-  CHECK(read_back(dir / "log.csv") == "step,loss\n2,2\n4,4\n");
+  CHECK(read_text(dir / "checkpoint") == "4");
+  CHECK(read_text(dir / "log.csv") == "step,loss\n2,2\n4,4\n");
   fs::remove_all(dir);
 }
 
 TEST_CASE("Trainer: a resumed session cuts the log back to its checkpoint and continues it") {
   const fs::path dir = trainer_test_dir("resume");
-  put_file(dir / "checkpoint", "2");
-  put_file(dir / "log.csv", "step,loss\n1,1\n2,2\n3,3\n");  // step 3 logged, never saved
+  write_text(dir / "checkpoint", "2");
+  write_text(dir / "log.csv", "step,loss\n1,1\n2,2\n3,3\n");  // step 3 logged, never saved
   const train::StopRequest stop;
   train::Trainer trainer(layout_in(dir), request(dir, true), stop);
   const train::Session& session = trainer.start_session(where(2, 4));
@@ -161,14 +147,14 @@ TEST_CASE("Trainer: a resumed session cuts the log back to its checkpoint and co
   const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
   CHECK(ran.steps_run == 2);
   CHECK(e.events == std::vector<std::string>{"l3", "e4", "s4", "l4*"});
-  CHECK(read_back(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n");
+  CHECK(read_text(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n");
   CHECK(trainer.files().column(0) == std::vector<double>{1, 2, 3, 4});
   fs::remove_all(dir);
 }
 
 TEST_CASE("Trainer: a finished run's session runs nothing") {
   const fs::path dir = trainer_test_dir("finished");
-  put_file(dir / "checkpoint", "3");
+  write_text(dir / "checkpoint", "3");
   const train::StopRequest stop;
   train::Trainer trainer(layout_in(dir), request(dir, true), stop);
   CHECK(trainer.start_session(where(3, 3)).finished());
@@ -190,7 +176,7 @@ TEST_CASE("Trainer: a signal ends the session after its step, saved, with 128 + 
   CHECK(ran.steps_done == 3);
   CHECK(trainer.exit_status(ran) == 128 + SIGTERM);
   CHECK(e.events == std::vector<std::string>{"l1", "l2", "e3", "s3", "l3*"});
-  CHECK(read_back(dir / "checkpoint") == "3");
+  CHECK(read_text(dir / "checkpoint") == "3");
   CHECK(trainer.session().end_line(ran) ==
         "stopped at step 3 of 10; continue with `trainer --resume`");
   fs::remove_all(dir);

@@ -92,6 +92,33 @@ std::int32_t sample_token(std::span<const T> logits, const SampleConfig& c, Rng&
   return std::int32_t(order[static_cast<std::size_t>(m - 1)]);
 }
 
+namespace detail {
+
+// `c` as `who` (generate, generate_batch) takes it: a value_error naming the first bad field.
+inline void check_sample_config(const SampleConfig& c, const char* who) {
+  ATTN_CHECK(c.max_tokens >= 0, value_error, who, ": max_tokens must be >= 0, got ", c.max_tokens);
+  ATTN_CHECK(c.temperature >= 0 && std::isfinite(c.temperature), value_error, who,
+             ": temperature must be finite and >= 0, got ", c.temperature);
+  ATTN_CHECK(c.top_k >= 0, value_error, who, ": top_k must be >= 0, got ", c.top_k);
+  ATTN_CHECK(c.top_p > 0 && c.top_p <= 1, value_error, who, ": top_p must be in (0, 1], got ",
+             c.top_p);
+}
+
+// The model in evaluation mode for the lifetime of this object, its mode restored after.
+template <class Model>
+struct EvaluationMode {
+  Model& model;
+  bool was_training;
+  explicit EvaluationMode(Model& m) : model(m), was_training(m.training()) {
+    model.set_training(false);
+  }
+  ~EvaluationMode() { model.set_training(was_training); }
+  EvaluationMode(const EvaluationMode&) = delete;
+  EvaluationMode& operator=(const EvaluationMode&) = delete;
+};
+
+}  // namespace detail
+
 // Continues `prompt` (non-empty) with up to c.max_tokens sampled tokens; returns only the new ones.
 // The model is put in evaluation mode for the call and restored after. When the context would
 // exceed the block size, the cached path restarts from the most recent half block (so positions
@@ -101,21 +128,9 @@ std::vector<std::int32_t> generate(Model& model, std::span<const std::int32_t> p
                                    const SampleConfig& c) {
   using T = typename Model::T;
   ATTN_CHECK(!prompt.empty(), value_error, "generate: the prompt must hold at least one token");
-  ATTN_CHECK(c.max_tokens >= 0, value_error, "generate: max_tokens must be >= 0, got ",
-             c.max_tokens);
-  ATTN_CHECK(c.temperature >= 0 && std::isfinite(c.temperature), value_error,
-             "generate: temperature must be finite and >= 0, got ", c.temperature);
-  ATTN_CHECK(c.top_k >= 0, value_error, "generate: top_k must be >= 0, got ", c.top_k);
-  ATTN_CHECK(c.top_p > 0 && c.top_p <= 1, value_error, "generate: top_p must be in (0, 1], got ",
-             c.top_p);
+  detail::check_sample_config(c, "generate");
   const index_t block = model.config().block_size;
-  const bool was_training = model.training();
-  model.set_training(false);
-  struct Restore {
-    Model& m;
-    bool on;
-    ~Restore() { m.set_training(on); }
-  } restore{model, was_training};
+  const detail::EvaluationMode<Model> evaluation(model);
 
   Tape<T> tape;
   NoGrad<T> no_grad(tape);
@@ -175,23 +190,12 @@ requires std::same_as<typename Model::Mask, mask::And<mask::Causal, mask::LeftPa
     ATTN_CHECK(!prompts[b].empty(), value_error, "generate_batch: prompt ", b, " is empty");
     longest = std::max(longest, index_t(prompts[b].size()));
   }
-  ATTN_CHECK(c.max_tokens >= 0 && c.temperature >= 0 && std::isfinite(c.temperature) &&
-                 c.top_k >= 0 && c.top_p > 0 && c.top_p <= 1,
-             value_error, "generate_batch: max_tokens ", c.max_tokens, ", temperature ",
-             c.temperature, ", top_k ", c.top_k, ", top_p ", c.top_p,
-             " (>= 0, finite >= 0, >= 0, "
-             "(0, 1])");
+  detail::check_sample_config(c, "generate_batch");
   const index_t block = model.config().block_size;
   ATTN_CHECK(longest + c.max_tokens <= block, value_error, "generate_batch: the longest prompt (",
              longest, ") and max_tokens (", c.max_tokens, ") exceed the block size ", block);
   const index_t B = index_t(prompts.size());
-  const bool was_training = model.training();
-  model.set_training(false);
-  struct Restore {
-    Model& m;
-    bool on;
-    ~Restore() { m.set_training(on); }
-  } restore{model, was_training};
+  const detail::EvaluationMode<Model> evaluation(model);
 
   std::vector<index_t> starts(static_cast<std::size_t>(B));
   Tensor<std::int32_t> ids(Shape{B, longest}, std::int32_t{0});  // padding: any id, never seen
