@@ -46,6 +46,7 @@ foreach(_cf score_missing_alpha mask_missing_tile mask_composition_not_a_mask ke
 endforeach()
 attn_add_test(nn nn/test_modules.cpp nn/test_gpt_training.cpp nn/test_llama_pieces.cpp DATA)
 attn_add_test(data data/test_data.cpp data/test_birthplace.cpp DATA)
+attn_add_test(data_bpe data/test_bpe.cpp DATA)  # byte-level BPE against data/bpe_reference
 attn_add_test(io io/test_safetensors.cpp io/test_atomic_file.cpp io/test_csv_log.cpp io/test_hf.cpp
               DATA)
 # The training layer (attn/train/): settings table, run lock, the loop, run files, programs
