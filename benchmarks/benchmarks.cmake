@@ -7,6 +7,7 @@ attn_add_benchmark(generate generate.cpp LIBS CLI11::CLI11)
 attn_add_benchmark(hf_generate hf_generate.cpp LIBS CLI11::CLI11)
 attn_add_benchmark(approx approx.cpp)
 attn_add_benchmark(checkpoint_load checkpoint_load.cpp)
+attn_add_benchmark(bpe bpe.cpp LIBS CLI11::CLI11)  # with bpe_vs_hf.py: byte-level BPE vs tokenizers
 if(ATTN_CUDA)  # nvcc; attn_add_cuda_executable is defined in cuda/CMakeLists.txt
   attn_add_cuda_executable(bench_cuda_attention cuda_attention.cu LIBS CLI11::CLI11)
 endif()
