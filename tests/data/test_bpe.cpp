@@ -277,6 +277,18 @@ TEST_CASE("bpe: the fast merge equals the plain definition, long pieces too") {
   }
 }
 
+TEST_CASE("bpe: a long text (the piece cache) encodes as its pieces one by one") {
+  const BpeTokenizer tok =
+      attn::io::load_bpe(reference_dir / "vocab.json", reference_dir / "merges.txt");
+  std::string numbers;  // 70,000 distinct pieces: the cache is emptied once on the way
+  for (int i = 0; i < 70000; ++i) numbers += " " + std::to_string(i * 7919 % 1000003) + "x";
+  for (const std::string& text : {tinyshakespeare(50000), numbers}) {
+    std::vector<std::int32_t> one_by_one;
+    for (std::string_view piece : gpt2_pieces(text)) tok.encode_piece(piece, one_by_one);
+    CHECK(tok.encode(text) == one_by_one);
+  }
+}
+
 TEST_CASE("bpe: decode(encode(x)) == x for any bytes") {
   const BpeTokenizer tok =
       attn::io::load_bpe(reference_dir / "vocab.json", reference_dir / "merges.txt");
@@ -375,6 +387,12 @@ TEST_CASE("bpe: added tokens, options, errors") {
   CHECK(added.encode("<|end|>!<|end|>") == std::vector<std::int32_t>{7, 6});
   CHECK(added.encode("acb") == std::vector<std::int32_t>{0, 2, 1});
   CHECK(added.decode(std::vector<std::int32_t>{7, 3}) == "<|end|>!ab");
+  // add_prefix_space puts a space before each stretch between added tokens (as tokenizers does).
+  const BpeTokenizer prefixed({"a", "b", "ab", "\xC4\xA0"}, {{"a", "b"}}, prefix,
+                              {{"<e>", 4, true}});
+  CHECK(prefixed.encode("ab<e>ab") == std::vector<std::int32_t>{3, 2, 4, 3, 2});
+  CHECK(prefixed.encode("<e> ab") == std::vector<std::int32_t>{4, 3, 2});
+  CHECK(prefixed.encode("<e>") == std::vector<std::int32_t>{4});
   CHECK(message_of([&] { added.encode_ordinary("<"); }) ==
         "BpeTokenizer::encode: the byte 0x3C has no token in the vocabulary");
 

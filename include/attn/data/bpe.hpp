@@ -552,8 +552,37 @@ class BpeTokenizer {
       encode_piece(text, ids);
       return;
     }
-    gpt2_split(text, [&](std::string_view piece) { encode_piece(piece, ids); });
+    if (text.size() < cache_from) {
+      gpt2_split(text, [&](std::string_view piece) { encode_piece(piece, ids); });
+      return;
+    }
+    // Words repeat: a piece seen before in this text copies the ids it got then (where they
+    // start in `ids`, and how many), instead of merging again. The table lives for this call
+    // only (encode stays const and thread-safe) and is emptied when it grows past cache_limit.
+    std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> seen;
+    gpt2_split(text, [&](std::string_view piece) {
+      if (piece.size() > cache_piece) {
+        encode_piece(piece, ids);
+        return;
+      }
+      if (const auto it = seen.find(piece); it != seen.end()) {
+        const auto [from, count] = it->second;
+        for (std::size_t k = 0; k < count; ++k) {
+          const std::int32_t id = ids[from + k];  // a copy: push_back may move ids
+          ids.push_back(id);
+        }
+        return;
+      }
+      const std::size_t from = ids.size();
+      encode_piece(piece, ids);
+      if (seen.size() >= cache_limit) seen.clear();
+      seen.emplace(piece, std::pair{from, ids.size() - from});
+    });
   }
+
+  // The piece cache of encode_ordinary_unprefixed: texts of cache_from bytes or more, pieces of
+  // cache_piece bytes or fewer, at most cache_limit pieces.
+  static constexpr std::size_t cache_from = 4096, cache_piece = 32, cache_limit = 1 << 16;
 
   // Merges `s` in place as encode_piece_reference does; returns the new length. Up to
   // small_piece symbols: the ranks of adjacent pairs in an array, each step a linear scan for the
