@@ -16,7 +16,7 @@ symbols, no special tokens, min_frequency 0. Before writing, the script checks t
   - transformers' GPT2TokenizerFast loads the folder and encodes every text to the same ids.
 
 Regenerate (tokenizers 0.22.2, transformers 4.57.6 and unicodedata2 from scripts/oracle-venv;
-about a minute):
+about 15 s):
     scripts/oracle-venv
     build/oracle-venv/bin/python tests/data/bpe_reference.py
 

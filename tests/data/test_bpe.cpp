@@ -351,6 +351,9 @@ TEST_CASE("bpe: save then load gives the same tokenizer; Hugging Face's own file
   }
   const std::string text = tinyshakespeare(30000).substr(20000);
   CHECK(a.encode(text) == tok.encode(text));
+  CHECK(message_of([&] { attn::io::save_bpe(tok, dir / "tok" / "vocab.json"); })
+            .starts_with("save_bpe: cannot create the folder '" +
+                         (dir / "tok" / "vocab.json").string() + "': "));
   // The reference folder, loaded and saved, is what Hugging Face wrote, byte for byte.
   const BpeTokenizer ref = attn::io::load_bpe_tokenizer_json(reference_dir / "tokenizer.json");
   attn::io::save_bpe(ref, dir / "ref");

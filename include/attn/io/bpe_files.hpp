@@ -312,10 +312,14 @@ inline data::BpeTokenizer load_bpe_tokenizer_json(const std::filesystem::path& p
 // merges.txt ("#version: 0.2" then one merge a line) and tokenizer.json (as Hugging Face
 // tokenizers writes it), each atomically (attn/io/atomic_file.hpp). Hugging Face tokenizers
 // (Tokenizer.from_file) and transformers (GPT2TokenizerFast.from_pretrained(dir)) load the folder.
-// Throws io_error when a merge's token holds a space or newline (merges.txt cannot say it).
+// Throws io_error when the folder cannot be made, a file cannot be written, or a merge's token
+// holds a space or newline (merges.txt cannot say it).
 inline void save_bpe(const data::BpeTokenizer& tok, const std::filesystem::path& dir) {
   namespace d = detail::bpe;
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw io_error("save_bpe: cannot create the folder '" + dir.string() + "': " + ec.message());
   const std::int32_t n = tok.vocabulary_size();
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   // ordered_map is a vector of pairs: emplace_back appends without the linear search for an
