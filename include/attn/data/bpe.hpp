@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "char_tokenizer.hpp"
 #include "unicode_classes.hpp"
 
 namespace attn::data {
@@ -74,31 +75,11 @@ constexpr int unicode_to_byte(char32_t cp) {
   return cp < 0x100 + 68 ? int(detail::shifted_bytes[cp - 0x100]) : -1;
 }
 
-namespace detail {
-inline void append_utf8_code_point(std::string& s, char32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-}
-}  // namespace detail
-
 // The byte-level spelling of raw bytes: byte_to_unicode of each byte, as UTF-8.
 inline std::string to_byte_level(std::string_view bytes) {
   std::string s;
   s.reserve(bytes.size() * 2);
-  for (char c : bytes) detail::append_utf8_code_point(s, byte_to_unicode[std::uint8_t(c)]);
+  for (char c : bytes) detail::append_utf8(s, byte_to_unicode[std::uint8_t(c)]);
   return s;
 }
 
@@ -282,7 +263,7 @@ class BpeTokenizer {
     byte_ids_.fill(-1);
     for (unsigned b = 0; b < 256; ++b) {
       std::string symbol;
-      detail::append_utf8_code_point(symbol, byte_to_unicode[b]);
+      detail::append_utf8(symbol, byte_to_unicode[b]);
       if (const auto it = index_.find(symbol); it != index_.end()) byte_ids_[b] = it->second;
     }
     // Added tokens: an id inside the vocabulary, or the next ones after it.
@@ -747,7 +728,7 @@ inline BpeTokenizer train_bpe(std::span<const std::string_view> texts, std::int3
     for (unsigned r = 0; r < 256; ++r) {
       byte_id[order[r]] = std::int32_t(r);
       std::string symbol;
-      detail::append_utf8_code_point(symbol, byte_to_unicode[order[r]]);
+      detail::append_utf8(symbol, byte_to_unicode[order[r]]);
       tokens.push_back(std::move(symbol));
     }
   }

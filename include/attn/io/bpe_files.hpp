@@ -228,7 +228,7 @@ inline data::BpeTokenizer load_bpe_tokenizer_json(const std::filesystem::path& p
   if (const d::json* unk = d::field(*model, "unk_token"); unk && !unk->is_null()) {
     for (unsigned b = 0; b < 256; ++b) {
       std::string symbol;
-      data::detail::append_utf8_code_point(symbol, data::byte_to_unicode[b]);
+      data::detail::append_utf8(symbol, data::byte_to_unicode[b]);
       if (!index.contains(symbol))
         d::fail(path, "model.unk_token is set and the byte symbol " + d::printable(symbol) +
                           " is not in the vocabulary: attn would not use the unknown token");
