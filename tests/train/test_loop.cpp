@@ -13,6 +13,7 @@
 
 #include "../test_files.hpp"
 #include "../test_util.hpp"
+#include "run_fixture.hpp"
 
 namespace fs = std::filesystem;
 using attn::test::message_of;
@@ -137,33 +138,14 @@ TEST_CASE("step_seed: one seed per (seed, stream, step)") {
   CHECK(train::step_seed(1, 1, 5) != train::step_seed(2, 1, 5));
 }
 
-namespace {
-
-train::RunLayout layout_in(const fs::path& dir) {
-  return {dir / "checkpoint.safetensors",
-          dir / "log.csv",
-          {"step", "loss"},
-          {dir / "loss.svg"},
-          dir / ".lock"};
-}
-
-train::RunRequest request(const fs::path& dir, bool resuming, bool overwrite) {
-  return {.program = "trainer",
-          .option = "--out",
-          .where = dir,
-          .resuming = resuming,
-          .overwrite = overwrite,
-          .how_to_continue = "resume it",
-          .inputs = {}};
-}
-
-}  // namespace
+using attn::test::run_layout_in;
+using attn::test::run_request;
 
 TEST_CASE("RunFiles: a new run refuses an earlier run's files unless asked") {
   const fs::path dir = loop_test_dir("refuse");
   attn::test::write_text(dir / "log.csv", "step,loss\n1,2\n");
   const std::string m =
-      message_of([&] { train::RunFiles(layout_in(dir), request(dir, false, false)); });
+      message_of([&] { train::RunFiles(run_layout_in(dir), run_request(dir, false, false)); });
   CHECK(m.find("trainer: an earlier run's files are in the way") != std::string::npos);
   CHECK(m.find("log.csv") != std::string::npos);
   CHECK(m.find("choose another --out") != std::string::npos);
@@ -177,14 +159,14 @@ TEST_CASE("RunFiles: --overwrite replaces the earlier run only when the new one 
   attn::test::write_text(dir / "log.csv", "step,loss\n1,2\n");
   attn::test::write_text(dir / "loss.svg", "<svg/>");
   {
-    train::RunFiles files(layout_in(dir), request(dir, false, true));
+    train::RunFiles files(run_layout_in(dir), run_request(dir, false, true));
     // Stopped before the first step: the old run is untouched.
   }
   CHECK(attn::test::read_text(dir / "checkpoint.safetensors") == "old");
   CHECK(attn::test::read_text(dir / "log.csv") == "step,loss\n1,2\n");
   CHECK(fs::exists(dir / "loss.svg"));
   {
-    train::RunFiles files(layout_in(dir), request(dir, false, true));
+    train::RunFiles files(run_layout_in(dir), run_request(dir, false, true));
     files.log_row({1, 0.5});
     CHECK_FALSE(fs::exists(dir / "checkpoint.safetensors"));
     CHECK_FALSE(fs::exists(dir / "loss.svg"));
@@ -198,7 +180,7 @@ TEST_CASE("RunFiles: a resumed run's log is cut back to its checkpoint and conti
   attn::test::write_text(dir / "checkpoint.safetensors", "ckpt");
   attn::test::write_text(dir / "log.csv",
                          "step,loss\n1,3\n2,2.5\n3,2\n4,1.");  // step 4 cut short by a crash
-  train::RunFiles files(layout_in(dir), request(dir, true, false));
+  train::RunFiles files(run_layout_in(dir), run_request(dir, true, false));
   files.resume_log(2);
   REQUIRE(files.rows().size() == 2);
   CHECK(files.rows()[1] == std::vector<double>{2, 2.5});
@@ -216,16 +198,16 @@ TEST_CASE("RunFiles: a resumed run's log is cut back to its checkpoint and conti
 
 TEST_CASE("RunFiles: one owner, and no output may be an input") {
   const fs::path dir = loop_test_dir("owner");
-  train::RunFiles first(layout_in(dir), request(dir, false, false));
+  train::RunFiles first(run_layout_in(dir), run_request(dir, false, false));
   // A second owner in the same process: flock locks are per open file, so this is refused too.
   CHECK(message_of([&] {
-          train::RunFiles(layout_in(dir), request(dir, false, false));
+          train::RunFiles(run_layout_in(dir), run_request(dir, false, false));
         }).find("is in use by another process") != std::string::npos);
   const fs::path other = loop_test_dir("inputs");
   attn::test::write_text(other / "log.csv", "corpus");
-  train::RunRequest r = request(other, false, true);
+  train::RunRequest r = run_request(other, false, true);
   r.inputs = {{other / "log.csv", "--data"}};
-  const std::string m = message_of([&] { train::RunFiles(layout_in(other), r); });
+  const std::string m = message_of([&] { train::RunFiles(run_layout_in(other), r); });
   CHECK(m.find("--out " + other.string() + " (its log.csv)") != std::string::npos);
   CHECK(m.find("is the file --data reads") != std::string::npos);
   CHECK(attn::test::read_text(other / "log.csv") == "corpus");
@@ -238,7 +220,7 @@ TEST_CASE("RunFiles: a place that takes no files fails before anything runs") {
   attn::test::write_text(dir / "plain", "x");
   const fs::path inside = dir / "plain" / "run";
   CHECK(message_of([&] {
-          train::RunFiles(layout_in(inside), request(inside, false, false));
+          train::RunFiles(run_layout_in(inside), run_request(inside, false, false));
         }).find("is a file, not a directory") != std::string::npos);
   fs::remove_all(dir);
 }

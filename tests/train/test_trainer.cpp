@@ -15,6 +15,7 @@
 
 #include "../test_files.hpp"
 #include "../test_util.hpp"
+#include "run_fixture.hpp"
 
 namespace fs = std::filesystem;
 using attn::test::message_of;
@@ -29,20 +30,6 @@ using attn::test::write_text;
 
 fs::path trainer_test_dir(const std::string& name) {
   return attn::test::fresh_dir("attn_trainer_", name);
-}
-
-train::RunLayout layout_in(const fs::path& dir) {
-  return {dir / "checkpoint", dir / "log.csv", {"step", "loss"}, {dir / "plot.svg"}, dir / ".lock"};
-}
-
-train::RunRequest request(const fs::path& dir, bool resuming, bool overwrite = false) {
-  return {.program = "trainer",
-          .option = "--out",
-          .where = dir,
-          .resuming = resuming,
-          .overwrite = overwrite,
-          .how_to_continue = "resume it",
-          .inputs = {}};
 }
 
 train::Session::Where where(std::int64_t from, std::int64_t total, std::int64_t stop_at = 0) {
@@ -90,13 +77,13 @@ const auto loss_step = [](std::int64_t s) {
 TEST_CASE("Trainer: saves every n steps and at the last, after the evaluation, before the row") {
   const fs::path dir = trainer_test_dir("saves");
   const train::StopRequest stop;
-  train::Trainer trainer(layout_in(dir), request(dir, false), stop);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, false), stop);
   trainer.start_session(where(0, 5));
   Events e;
-  const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
+  const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint.safetensors", 2));
   CHECK(e.events == std::vector<std::string>{"l1", "e2", "s2", "l2*", "l3", "e4", "s4", "l4*", "e5",
                                              "s5", "l5*"});
-  CHECK(read_text(dir / "checkpoint") == "5");
+  CHECK(read_text(dir / "checkpoint.safetensors") == "5");
   CHECK(read_text(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n5,5\n");
   CHECK(trainer.files().column(1) == std::vector<double>{1, 2, 3, 4, 5});
   CHECK(ran.steps_done == 5);
@@ -106,45 +93,47 @@ TEST_CASE("Trainer: saves every n steps and at the last, after the evaluation, b
 
 TEST_CASE("Trainer: an overwrite replaces the earlier run at the first save, not before") {
   const fs::path dir = trainer_test_dir("overwrite");
-  write_text(dir / "checkpoint", "old");
+  write_text(dir / "checkpoint.safetensors", "old");
   write_text(dir / "log.csv", "step,loss\n1,9\n");
-  write_text(dir / "plot.svg", "<svg/>");
+  write_text(dir / "loss.svg", "<svg/>");
   const train::StopRequest stop;
   {
-    train::Trainer trainer(layout_in(dir), request(dir, false, true), stop);
+    train::Trainer trainer(attn::test::run_layout_in(dir),
+                           attn::test::run_request(dir, false, true), stop);
     trainer.start_session(where(0, 4));
     // Refused by the session's checks before any step: the earlier run is as it was.
     CHECK(message_of([&] { trainer.start_session(where(0, 4, -1)); }).find("is negative") !=
           std::string::npos);
   }
-  CHECK(read_text(dir / "checkpoint") == "old");
+  CHECK(read_text(dir / "checkpoint.safetensors") == "old");
   CHECK(read_text(dir / "log.csv") == "step,loss\n1,9\n");
-  train::Trainer trainer(layout_in(dir), request(dir, false, true), stop);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, false, true),
+                         stop);
   trainer.start_session(where(0, 4));
   Events e;
-  train::StepHooks hooks = e.hooks(dir / "checkpoint", 2);
+  train::StepHooks hooks = e.hooks(dir / "checkpoint.safetensors", 2);
   hooks.log = [](const train::StepReport& r, const train::RunPoint&,
                  bool saved) -> std::optional<std::vector<double>> {
     if (!saved) return std::nullopt;  // a row only with a checkpoint, as char_gpt logs
     return std::vector<double>{double(r.steps_done), r.result.loss};
   };
   trainer.run(10, loss_step, hooks);
-  CHECK_FALSE(fs::exists(dir / "plot.svg"));
-  CHECK(read_text(dir / "checkpoint") == "4");
+  CHECK_FALSE(fs::exists(dir / "loss.svg"));
+  CHECK(read_text(dir / "checkpoint.safetensors") == "4");
   CHECK(read_text(dir / "log.csv") == "step,loss\n2,2\n4,4\n");
   fs::remove_all(dir);
 }
 
 TEST_CASE("Trainer: a resumed session cuts the log back to its checkpoint and continues it") {
   const fs::path dir = trainer_test_dir("resume");
-  write_text(dir / "checkpoint", "2");
+  write_text(dir / "checkpoint.safetensors", "2");
   write_text(dir / "log.csv", "step,loss\n1,1\n2,2\n3,3\n");  // step 3 logged, never saved
   const train::StopRequest stop;
-  train::Trainer trainer(layout_in(dir), request(dir, true), stop);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, true), stop);
   const train::Session& session = trainer.start_session(where(2, 4));
   CHECK(session.start() == 2);
   Events e;
-  const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
+  const train::LoopEnd ran = trainer.run(10, loss_step, e.hooks(dir / "checkpoint.safetensors", 2));
   CHECK(ran.steps_run == 2);
   CHECK(e.events == std::vector<std::string>{"l3", "e4", "s4", "l4*"});
   CHECK(read_text(dir / "log.csv") == "step,loss\n1,1\n2,2\n3,3\n4,4\n");
@@ -154,9 +143,9 @@ TEST_CASE("Trainer: a resumed session cuts the log back to its checkpoint and co
 
 TEST_CASE("Trainer: a finished run's session runs nothing") {
   const fs::path dir = trainer_test_dir("finished");
-  write_text(dir / "checkpoint", "3");
+  write_text(dir / "checkpoint.safetensors", "3");
   const train::StopRequest stop;
-  train::Trainer trainer(layout_in(dir), request(dir, true), stop);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, true), stop);
   CHECK(trainer.start_session(where(3, 3)).finished());
   fs::remove_all(dir);
 }
@@ -164,19 +153,19 @@ TEST_CASE("Trainer: a finished run's session runs nothing") {
 TEST_CASE("Trainer: a signal ends the session after its step, saved, with 128 + the signal") {
   const fs::path dir = trainer_test_dir("signal");
   const train::StopRequest stop;
-  train::Trainer trainer(layout_in(dir), request(dir, false), stop);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, false), stop);
   trainer.start_session(where(0, 10));
   Events e;
   const auto step = [&](std::int64_t s) {
     if (s == 2) std::raise(SIGTERM);
     return loss_step(s);
   };
-  const train::LoopEnd ran = trainer.run(10, step, e.hooks(dir / "checkpoint", 5));
+  const train::LoopEnd ran = trainer.run(10, step, e.hooks(dir / "checkpoint.safetensors", 5));
   CHECK(ran.stopped);
   CHECK(ran.steps_done == 3);
   CHECK(trainer.exit_status(ran) == 128 + SIGTERM);
   CHECK(e.events == std::vector<std::string>{"l1", "l2", "e3", "s3", "l3*"});
-  CHECK(read_text(dir / "checkpoint") == "3");
+  CHECK(read_text(dir / "checkpoint.safetensors") == "3");
   CHECK(trainer.session().end_line(ran) ==
         "stopped at step 3 of 10; continue with `trainer --resume`");
   fs::remove_all(dir);
@@ -185,11 +174,12 @@ TEST_CASE("Trainer: a signal ends the session after its step, saved, with 128 + 
 TEST_CASE("Trainer: a process that does not own the run evaluates but writes nothing") {
   const fs::path dir = trainer_test_dir("rank");
   const train::StopRequest stop;
-  train::Trainer trainer(layout_in(dir), request(dir, false), stop, false);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, false), stop,
+                         false);
   CHECK_FALSE(trainer.owner());
   trainer.start_session(where(0, 3));
   Events e;
-  trainer.run(10, loss_step, e.hooks(dir / "checkpoint", 2));
+  trainer.run(10, loss_step, e.hooks(dir / "checkpoint.safetensors", 2));
   // The evaluations (and the ranks' checks in them) run; neither saves nor rows are written.
   CHECK(e.events == std::vector<std::string>{"l1", "e2", "l2*", "e3", "l3*"});
   CHECK(fs::is_empty(dir));
@@ -199,7 +189,7 @@ TEST_CASE("Trainer: a process that does not own the run evaluates but writes not
 TEST_CASE("Trainer: the session must be started before it runs") {
   const fs::path dir = trainer_test_dir("unstarted");
   const train::StopRequest stop;
-  train::Trainer trainer(layout_in(dir), request(dir, false), stop);
+  train::Trainer trainer(attn::test::run_layout_in(dir), attn::test::run_request(dir, false), stop);
   CHECK(message_of([&] { trainer.run(10, loss_step, {}); }).find("start_session first") !=
         std::string::npos);
   fs::remove_all(dir);
