@@ -139,9 +139,12 @@ inline void put_gpt_config(Safetensors& file, const nn::GPTConfig& c) {
   m["config.heads"] = std::to_string(c.heads);
   m["config.d_model"] = std::to_string(c.d_model);
   m["config.kv_heads"] = std::to_string(c.kv_heads);
-  char dropout[32];
-  std::snprintf(dropout, sizeof dropout, "%.17g", c.dropout);  // round-trips exactly
-  m["config.dropout"] = dropout;
+  const auto exact = [](double v) {  // %.17g round-trips every double exactly
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  m["config.dropout"] = exact(c.dropout);
   m["config.bias"] = c.bias ? "1" : "0";
   m["config.pre_ln"] = c.pre_ln ? "1" : "0";
   m["config.tie_weights"] = c.tie_weights ? "1" : "0";
@@ -149,8 +152,7 @@ inline void put_gpt_config(Safetensors& file, const nn::GPTConfig& c) {
   m["config.init"] = std::to_string(static_cast<int>(c.init));
   m["config.seed"] = std::to_string(c.seed);
   m["config.norm"] = std::to_string(static_cast<int>(c.norm));
-  std::snprintf(dropout, sizeof dropout, "%.17g", c.norm_eps);
-  m["config.norm_eps"] = dropout;
+  m["config.norm_eps"] = exact(c.norm_eps);
   m["config.feed_forward"] = std::to_string(static_cast<int>(c.feed_forward));
   m["config.hidden"] = std::to_string(c.hidden);
 }

@@ -421,6 +421,24 @@ inline Stored stored_as(Architecture a, const std::string& name) {
   return s;
 }
 
+// Where element (r, k) of an attn parameter of shape `shape` ([out, in] = [rows, cols], or a
+// vector [cols], r = 0) lies in its stored tensor (s): transposed to [in, out] for a Conv1D, and
+// for c_attn one third of [in, 3·out] (or of [3·cols]); stored_shape is that tensor's shape.
+inline std::size_t stored_index(const Stored& s, const Shape& shape, index_t r, index_t k) {
+  const index_t rows = shape.rank() == 2 ? shape[0] : 1,
+                cols = shape.rank() == 2 ? shape[1] : shape[0];
+  const index_t third = s.third >= 0 ? s.third : 0, parts = s.third >= 0 ? 3 : 1;
+  if (shape.rank() == 1) return std::size_t(third * cols + k);
+  if (s.transposed) return std::size_t(k * parts * rows + third * rows + r);
+  return std::size_t(r * cols + k);
+}
+inline std::vector<std::int64_t> stored_shape(const Stored& s, const Shape& shape) {
+  std::vector<std::int64_t> d(shape.dims().begin(), shape.dims().end());
+  if (s.third >= 0) d[0] *= 3;  // c_attn holds q, k, v side by side
+  if (s.transposed) std::swap(d[0], d[1]);
+  return d;
+}
+
 }  // namespace detail
 
 // Reads the weights of the model directory `dir` (of config `c`, read_config) into `model`
@@ -439,9 +457,7 @@ void load_weights(const std::filesystem::path& dir, const Config& c, Model<T, Ma
     const TensorData& d = it->second.first;
     const std::string what = it->second.second + ": tensor '" + s.name + "'";
     const Shape& want = p.value.shape();  // [out, in] or [n]
-    std::vector<std::int64_t> expected(want.dims().begin(), want.dims().end());
-    if (s.third >= 0) expected[0] *= 3;  // c_attn holds q, k, v side by side
-    if (s.transposed) std::swap(expected[0], expected[1]);
+    const std::vector<std::int64_t> expected = detail::stored_shape(s, want);
     ATTN_CHECK(d.shape == expected, io_error, what, " has shape ", io::detail::shape_text(d.shape),
                ", expected ", io::detail::shape_text(expected));
     const std::vector<T> v = detail::values_of<T>(d, what);
@@ -449,18 +465,7 @@ void load_weights(const std::filesystem::path& dir, const Config& c, Model<T, Ma
                   cols = want.rank() == 2 ? want[1] : want[0];
     Tensor<T> t(want);
     for (index_t r = 0; r < rows; ++r)
-      for (index_t k = 0; k < cols; ++k) {
-        // Row r, column k of attn's [out, in] (or element k of a vector) in the stored layout.
-        std::size_t at;
-        if (want.rank() == 1)
-          at = std::size_t(k + (s.third >= 0 ? s.third * cols : 0));
-        else if (s.transposed)  // stored [in, out·(3 when fused)]
-          at = std::size_t(k * (s.third >= 0 ? 3 * rows : rows) + r +
-                           (s.third >= 0 ? s.third * rows : 0));
-        else
-          at = std::size_t(r * cols + k);
-        t[r * cols + k] = v[at];
-      }
+      for (index_t k = 0; k < cols; ++k) t[r * cols + k] = v[detail::stored_index(s, want, r, k)];
     for (index_t i = 0; i < t.numel(); ++i)
       ATTN_CHECK(std::isfinite(double(t[i])), io_error, what, " holds ", t[i], " at element ", i,
                  ": the weights are not finite");
@@ -536,23 +541,26 @@ void save_model(const std::filesystem::path& dir, const Config& c, Model<T, Mask
     const Shape& shape = p.value.shape();
     const index_t rows = shape.rank() == 2 ? shape[0] : 1,
                   cols = shape.rank() == 2 ? shape[1] : shape[0];
-    if (s.third < 0) {
-      Tensor<float> t(s.transposed ? Shape{cols, rows} : shape);
+    const std::vector<std::int64_t> dims = detail::stored_shape(s, shape);
+    Tensor<float> stored(Shape(std::span<const index_t>(dims.data(), dims.size())));
+    const auto fill = [&](float* out) {
       for (index_t r = 0; r < rows; ++r)
         for (index_t k = 0; k < cols; ++k)
-          t[s.transposed ? k * rows + r : r * cols + k] = float(p.value[r * cols + k]);
-      file.put(s.name, t);
+          out[detail::stored_index(s, shape, r, k)] = float(p.value[r * cols + k]);
+    };
+    if (s.third < 0) {
+      fill(stored.data());
+      file.put(s.name, stored);
       return;
     }
+    // c_attn: q, k and v fill thirds of one buffer, written when the last (v) is in place.
     std::vector<float>& f = fused[s.name];
-    f.resize(std::size_t(3 * rows * cols));
-    for (index_t r = 0; r < rows; ++r)
-      for (index_t k = 0; k < cols; ++k)
-        f[std::size_t(shape.rank() == 1 ? s.third * cols + k : k * 3 * rows + s.third * rows + r)] =
-            float(p.value[r * cols + k]);
-    if (s.third == 2)  // q, k and v are in place
-      file.put(s.name, Tensor<float>(shape.rank() == 2 ? Shape{cols, 3 * rows} : Shape{3 * cols},
-                                     std::span<const float>(f)));
+    f.resize(std::size_t(stored.numel()));
+    fill(f.data());
+    if (s.third == 2) {
+      std::copy(f.begin(), f.end(), stored.data());
+      file.put(s.name, stored);
+    }
   });
   nlohmann::ordered_json j;
   if (c.architecture == Architecture::gpt2) {

@@ -242,8 +242,6 @@ struct FeedForward {
   Var<T> operator()(const Var<T>& x) {
     return kind == FeedForwardKind::swiglu ? swiglu(x) : mlp(x);
   }
-  // The layer that writes into the residual stream (GPT-2 scales its initial weights).
-  Linear<T>& out_projection() { return kind == FeedForwardKind::swiglu ? swiglu.down : mlp.proj; }
 
   template <class F>
   void for_each_parameter(F&& f, std::string_view prefix = "") {
