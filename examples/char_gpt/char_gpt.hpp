@@ -26,8 +26,11 @@ struct TrainOptions {
   std::vector<std::string> vocab_from;  // extra corpora whose characters join the vocabulary
   std::string attention = "standard";
   std::string positions = "learned";
-  std::string arch = "char_gpt";  // char_gpt (the demo's), gpt2 or llama
-  std::string export_hf;          // write the trained model here in the Hugging Face format
+  std::string arch = "char_gpt";   // char_gpt (the demo's), gpt2 or llama
+  std::string export_hf;           // write the trained model here in the Hugging Face format
+  std::string tokenizer = "char";  // char or bpe
+  std::int64_t bpe_vocab = 1000;   // --tokenizer bpe: tokens of the vocabulary trained on --data
+  std::string tokenizer_file;      // --tokenizer bpe: a tokenizer.json to use instead
   index_t layers = 4, heads = 4, embd = 128, block = 64, batch = 32;
   index_t shards = 0;  // data-parallel shards of every batch (0: one per rank)
   std::int64_t steps = 600, warmup = 50;
@@ -58,6 +61,21 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   s.text("data", t.data, "training text (UTF-8)").on_resume(may_change);  // its CRC is checked
   s.text_list("vocab-from", t.vocab_from, "more corpora whose characters join the vocabulary")
       .on_resume(not_saved);  // the vocabulary is the checkpoint's
+  s.text("tokenizer", t.tokenizer,
+         "tokens of a new model: char (each character of the corpus) or bpe (byte-level BPE as "
+         "GPT-2's, trained on --data and --vocab-from to --bpe-vocab tokens, or read from "
+         "--tokenizer-file)")
+      .choices({"char", "bpe"})
+      .on_resume(not_saved);  // the tokenizer is the checkpoint's
+  s.integer("bpe-vocab", t.bpe_vocab,
+            "--tokenizer bpe: the size of the vocabulary trained on the corpus (256 bytes and "
+            "the rest merges)")
+      .range(256, 1000000)
+      .on_resume(not_saved);
+  s.text("tokenizer-file", t.tokenizer_file,
+         "--tokenizer bpe: the tokenizer.json of a byte-level BPE (Hugging Face tokenizers' file) "
+         "to use instead of training one")
+      .on_resume(not_saved);
   s.text("attention", t.attention, "attention variant:" + examples::attention_choices_help())
       .choices(examples::attention_names())
       .on_resume(not_saved);
@@ -122,16 +140,18 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   s.text("init-from", t.init_from,
          "start from this checkpoint's weights and vocabulary, with a fresh optimizer")
       .on_resume(not_saved);
-  s.integer("sample-tokens", t.sample_tokens, "characters to sample at the end")
+  s.integer("sample-tokens", t.sample_tokens,
+            "tokens (characters with --tokenizer char) to sample at the end")
       .range(0, 1000000)
       .on_resume(not_saved);
   s.real("temperature", t.temperature, "sampling temperature").range(0, 100).on_resume(not_saved);
-  s.text("prompt", t.prompt, "text the sample continues (characters of the vocabulary)")
+  s.text("prompt", t.prompt,
+         "text the sample continues (with --tokenizer char: characters of the vocabulary)")
       .on_resume(not_saved);
   s.text("export-hf", t.export_hf,
          "when the run is done, write the model here as transformers saves a GPT-2 or Llama "
-         "(config.json, model.safetensors; --arch gpt2 or llama); refused where it exists, "
-         "unless --overwrite")
+         "(config.json, model.safetensors, the tokenizer files; --arch gpt2 or llama); refused "
+         "where it exists, unless --overwrite")
       .on_resume(not_saved);
   // Checkpoints written before a setting existed.
   s.fallback_when_missing("data");

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   app.get_option("--vocab-from")->check(CLI::ExistingFile);
   app.get_option("--resume")->check(CLI::ExistingFile)->excludes("--overwrite");
   app.get_option("--init-from")->check(CLI::ExistingFile)->excludes("--resume");
+  app.get_option("--tokenizer-file")->check(CLI::ExistingFile)->excludes("--bpe-vocab");
 
   using examples::number_in;
   char_gpt::SampleOptions s;
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   sample_cmd->add_option("--prompt", s.prompt, "text to continue");
-  sample_cmd->add_option("--tokens", s.tokens, "characters to generate")
+  sample_cmd->add_option("--tokens", s.tokens, "tokens to generate (characters of a char model)")
       ->check(CLI::Range(0, 10000000));
   sample_cmd->add_option("--temperature", s.temperature, "0 = greedy")->check(number_in(0, 100));
   sample_cmd->add_option("--top-k", s.top_k, "sample among the k most likely (0 = all)")
@@ -57,6 +58,14 @@ int main(int argc, char** argv) {
           throw CLI::ValidationError("--min-lr " + examples::shortest(t.min_lr) +
                                      " is above --lr " + examples::shortest(t.lr) +
                                      ": the cosine falls from --lr to --min-lr");
+        // --bpe-vocab and --tokenizer-file are options of a new model's --tokenizer bpe, which the
+        // second implies (a checkpoint's tokenizer is its own: train.cpp refuses them there).
+        const bool new_model = t.resume.empty() && t.init_from.empty();
+        if (settings.given("tokenizer-file") && !settings.given("tokenizer")) t.tokenizer = "bpe";
+        for (const char* bpe_option : {"bpe-vocab", "tokenizer-file"})
+          if (new_model && settings.given(bpe_option) && t.tokenizer != "bpe")
+            throw CLI::ValidationError(std::string("--") + bpe_option +
+                                       " is an option of --tokenizer bpe, not " + t.tokenizer);
         // An architecture's attention and positions: implied when not given, else checked.
         const auto implied = [&](const char* name, std::string& value,
                                  const std::string& arch_value) {

@@ -33,6 +33,7 @@
 #include "../common/model_config.hpp"
 #include "char_gpt.hpp"
 #include "export_hf.hpp"
+#include "tokenizer.hpp"
 
 namespace {
 
@@ -53,6 +54,7 @@ using examples::open_checkpoint;
 // ---- options ---------------------------------------------------------------------------------
 
 using char_gpt::SampleOptions;
+using char_gpt::Tokenizer;
 using char_gpt::TrainOptions;
 
 const std::map<std::string, nn::PositionEncoding> position_names{
@@ -86,10 +88,9 @@ attn::train::RunPoint restore_run(const io::Safetensors& file, attn::train::Sett
 // A checkpoint: the model, the optimizer, the table's settings (declare_train_settings) and the
 // run's point, the fixed train/validation split and the text's checksum.
 template <class Model, class Optimizer>
-void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
-                     const attn::data::CharTokenizer& tok, const attn::train::Settings& settings,
-                     const TrainOptions& o, const attn::train::RunPoint& point,
-                     std::uint32_t data_crc) {
+void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt, const Tokenizer& tok,
+                     const attn::train::Settings& settings, const TrainOptions& o,
+                     const attn::train::RunPoint& point, std::uint32_t data_crc) {
   io::Safetensors file;
   io::put_parameters(file, model);
   io::put_optimizer_state(file, opt);
@@ -97,16 +98,16 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
   auto& m = file.metadata;
   m["format"] = "attn.char_gpt.v1";
   m["attention"] = o.attention;
-  m["vocab"] = tok.vocabulary();
+  tok.save(m);
   attn::train::save_run_point(m, settings, point);
   m["train.data_crc32"] = std::to_string(data_crc);
   m["train.train_fraction"] = shortest_text(o.train_fraction);
   io::save_safetensors(path, file);
 }
 
-// The prompt as token ids, checked before any work: not empty, every character in the vocabulary.
-std::vector<std::int32_t> encode_prompt(const attn::data::CharTokenizer& tok,
-                                        const std::string& prompt) {
+// The prompt as token ids, checked before any work: not empty, and (characters) every character in
+// the vocabulary.
+std::vector<std::int32_t> encode_prompt(const Tokenizer& tok, const std::string& prompt) {
   ATTN_CHECK(!prompt.empty(), attn::value_error,
              "--prompt is empty: sampling continues a text of at least one character");
   return examples::about("--prompt", [&] { return tok.encode(prompt); });
@@ -154,9 +155,10 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   std::optional<nn::GPTConfig> saved_model;
   if (from_checkpoint) {
     saved_model = io::get_gpt_config(resumed, source);
-    ATTN_CHECK(o.vocab_from.empty(), attn::value_error, "--vocab-from conflicts with ",
-               resuming ? "--resume" : "--init-from", " ", source,
-               ": the vocabulary is the checkpoint's");
+    for (const char* option : {"vocab-from", "bpe-vocab", "tokenizer-file"})
+      ATTN_CHECK(!settings.given(option), attn::value_error, "--", option, " conflicts with ",
+                 resuming ? "--resume" : "--init-from", " ", source,
+                 ": the tokenizer is the checkpoint's");
   }
   const fs::path checkpoint = out / "checkpoint.safetensors", log_path = out / "log.csv",
                  svg = out / "loss.svg", png = out / "loss.png", sample_path = out / "sample.txt";
@@ -206,16 +208,17 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     ATTN_CHECK(std::to_string(data_crc) == resumed.metadata.at("train.data_crc32"),
                attn::value_error, "--data ", o.data, " is not the text the run in ", o.resume,
                " was trained on (its CRC-32 differs): resume with the same --data");
-  attn::data::CharTokenizer tok;
+  Tokenizer tok;
   if (from_checkpoint) {
-    tok = examples::about(source, [&] {
-      return attn::data::CharTokenizer::from_vocabulary(
-          io::metadata_string(resumed, "vocab", source));
-    });
+    tok =
+        examples::about(source, [&] { return Tokenizer::from_metadata(resumed.metadata, source); });
+    ATTN_CHECK(!settings.given("tokenizer") || o.tokenizer == tok.kind(), attn::value_error,
+               "--tokenizer ", o.tokenizer, " conflicts with ", source, ", a model of --tokenizer ",
+               tok.kind());
   } else {
     std::string all = text;
     for (const std::string& extra : o.vocab_from) all += examples::read_corpus(extra);
-    tok = attn::data::CharTokenizer::from_corpus(all);
+    tok = Tokenizer::make(o.tokenizer, all, std::int32_t(o.bpe_vocab), o.tokenizer_file);
   }
   // Training split: the first train_fraction of the text, of which only the first data_fraction
   // is used (the data-size study); validation: always the rest of the text.
@@ -260,7 +263,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   for (const auto split : {attn::data::Split::train, attn::data::Split::validation})
     ATTN_CHECK(batches.size(split) > block, attn::value_error, "char_gpt: the ",
                split == attn::data::Split::train ? "training" : "validation", " split of ", o.data,
-               " has ", batches.size(split), " characters, fewer than the block (", block,
+               " has ", batches.size(split), " ", tok.unit(), ", fewer than the block (", block,
                ") + 1: use a longer text or a smaller --block");
   std::vector<std::int32_t> prompt;
   if (o.sample_tokens > 0) prompt = encode_prompt(tok, o.prompt);
@@ -289,11 +292,11 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   });
   if (dp.leader())
     std::printf(
-        "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d\n"
+        "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d (%s)\n"
         "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
         "          memory: %s\n",
         o.attention.c_str(), (long long)config.layers, (long long)config.heads,
-        (long long)config.d_model, (long long)block, tok.size(), (long long)n_params,
+        (long long)config.d_model, (long long)block, tok.size(), tok.kind(), (long long)n_params,
         (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
         memory.c_str());
   if (dp.leader() && dp.ranks() > 1)
@@ -392,6 +395,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   if (ran.stopped) return trainer.exit_status(ran);
   if (!o.export_hf.empty() && ran.steps_done == o.steps) {
     char_gpt::export_hf(o.export_hf, model);
+    tok.export_hf(o.export_hf, block);
     std::printf("exported (Hugging Face format, %s): %s\n", arch.c_str(), o.export_hf.c_str());
   }
   std::fflush(stdout);  // the run's files are named before a long sample starts
@@ -405,13 +409,13 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     const std::vector<std::int32_t> ids = nn::generate(model, prompt, s);
     if (stop.requested()) {
       // Ctrl-C while sampling: the run is saved; the sample is not finished, so not written.
-      std::printf("sampling interrupted after %zu of %lld characters: no sample written\n",
-                  ids.size(), (long long)o.sample_tokens);
+      std::printf("sampling interrupted after %zu of %lld %s: no sample written\n", ids.size(),
+                  (long long)o.sample_tokens, tok.unit());
       return stop.exit_status();
     }
     const std::string sample = o.prompt + tok.decode(ids);
     io::write_file_atomically(sample_path, sample);
-    std::printf("sample (%lld characters, temperature %.2f):\n%s\n", (long long)o.sample_tokens,
+    std::printf("sample (%lld %s, temperature %.2f):\n%s\n", (long long)o.sample_tokens, tok.unit(),
                 o.temperature, sample.c_str());
   }
   return 0;
@@ -424,8 +428,8 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
   Model model(io::get_gpt_config(file, o.checkpoint),
               examples::attention_factory(io::metadata_string(file, "attention", o.checkpoint)));
   io::get_parameters(file, model, o.checkpoint);
-  const auto tok =
-      attn::data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.checkpoint));
+  const Tokenizer tok = examples::about(
+      o.checkpoint, [&] { return Tokenizer::from_metadata(file.metadata, o.checkpoint); });
   nn::SampleConfig s;
   s.max_tokens = o.tokens;
   s.temperature = o.temperature;

@@ -6,6 +6,7 @@
 
 #include <attn/data/bpe.hpp>
 #include <attn/io/bpe_files.hpp>
+#include <attn/io/hf_tokenizer.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -281,7 +282,11 @@ TEST_CASE("bpe: a long text (the piece cache) encodes as its pieces one by one")
   const BpeTokenizer tok =
       attn::io::load_bpe(reference_dir / "vocab.json", reference_dir / "merges.txt");
   std::string numbers;  // 70,000 distinct pieces: the cache is emptied once on the way
-  for (int i = 0; i < 70000; ++i) numbers += " " + std::to_string(i * 7919 % 1000003) + "x";
+  for (int i = 0; i < 70000; ++i) {  // appended piece by piece: g++ 12 warns on " " + string
+    numbers += ' ';
+    numbers += std::to_string(i * 7919 % 1000003);
+    numbers += 'x';
+  }
   for (const std::string& text : {tinyshakespeare(50000), numbers}) {
     std::vector<std::int32_t> one_by_one;
     for (std::string_view piece : gpt2_pieces(text)) tok.encode_piece(piece, one_by_one);
@@ -351,6 +356,14 @@ TEST_CASE("bpe: save then load gives the same tokenizer; Hugging Face's own file
   }
   const std::string text = tinyshakespeare(30000).substr(20000);
   CHECK(a.encode(text) == tok.encode(text));
+  // The tokenizer.json text alone (as a checkpoint keeps it), read back under the name given.
+  const std::string json_text = attn::io::bpe_tokenizer_json(tok);
+  CHECK(json_text == attn::test::read_text(dir / "tok" / "tokenizer.json"));
+  const BpeTokenizer c = attn::io::parse_bpe_tokenizer_json(json_text, "run/checkpoint");
+  CHECK(c.encode(text) == tok.encode(text));
+  CHECK(message_of([&] {
+          attn::io::parse_bpe_tokenizer_json("{", "run/checkpoint");
+        }).starts_with("run/checkpoint: not valid JSON"));
   CHECK(message_of([&] { attn::io::save_bpe(tok, dir / "tok" / "vocab.json"); })
             .starts_with("save_bpe: cannot create the folder '" +
                          (dir / "tok" / "vocab.json").string() + "': "));
@@ -361,6 +374,48 @@ TEST_CASE("bpe: save then load gives the same tokenizer; Hugging Face's own file
     CHECK_MESSAGE(
         attn::test::read_text(dir / "ref" / file) == attn::test::read_text(reference_dir / file),
         file);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("bpe: a model's tokenizer files for transformers (hf::save_tokenizer)") {
+  const fs::path dir = attn::test::fresh_dir("attn_bpe_", "hf");
+  using json = nlohmann::json;
+  const auto read_json = [](const fs::path& p) { return json::parse(attn::test::read_text(p)); };
+  const auto check_config = [&](const fs::path& d, int max_length) {
+    const json c = read_json(d / "tokenizer_config.json");
+    CHECK(c.at("tokenizer_class") == "PreTrainedTokenizerFast");
+    CHECK(c.at("model_max_length") == max_length);
+    CHECK(c.at("clean_up_tokenization_spaces") == false);  // decode gives the bytes back
+  };
+  // Byte-level BPE: save_bpe's three files and the config.
+  const BpeTokenizer tok = attn::data::train_bpe(tinyshakespeare(20000), 300);
+  attn::io::hf::save_tokenizer(dir / "bpe", tok, 64);
+  attn::io::save_bpe(tok, dir / "plain");
+  for (const char* file : {"vocab.json", "merges.txt", "tokenizer.json"})
+    CHECK_MESSAGE(
+        attn::test::read_text(dir / "bpe" / file) == attn::test::read_text(dir / "plain" / file),
+        file);
+  const BpeTokenizer back = attn::io::load_bpe_tokenizer_json(dir / "bpe" / "tokenizer.json");
+  CHECK(back.merges() == tok.merges());
+  check_config(dir / "bpe", 64);
+  // Characters: a BPE model over the characters, ids as attn's, no merges, no pre-tokenizer (the
+  // whole text is one word of characters) and the Fuse decoder (tokens joined with nothing).
+  const auto chars = attn::data::CharTokenizer::from_corpus("ba\n é€a");
+  attn::io::hf::save_tokenizer(dir / "char", chars, 32);
+  const json j = read_json(dir / "char" / "tokenizer.json");
+  CHECK(j.at("model").at("type") == "BPE");
+  CHECK(j.at("model").at("merges").empty());
+  CHECK(j.at("model").at("unk_token").is_null());
+  CHECK(j.at("pre_tokenizer").is_null());
+  CHECK(j.at("normalizer").is_null());
+  CHECK(j.at("decoder") == json{{"type", "Fuse"}});
+  const json& vocab = j.at("model").at("vocab");
+  REQUIRE(vocab.size() == 6);
+  for (const char* ch : {"\n", " ", "a", "b", "\xC3\xA9", "\xE2\x82\xAC"})
+    CHECK_MESSAGE(vocab.at(ch) == chars.id_of(ch), ch);
+  check_config(dir / "char", 32);
+  CHECK(message_of([&] { attn::io::hf::save_tokenizer(dir / "x", chars, 0); }) ==
+        "hf::save_tokenizer: model_max_length is 0, not positive");
   fs::remove_all(dir);
 }
 

@@ -141,6 +141,25 @@ expect 1 "--export-hf s/p14hf exists: choose another directory, or pass --overwr
 quiet "$G" "${tiny_gpt[@]}" --out s/p15 --arch llama --export-hf s/p15hf
 grep -q '"model_type": "llama"' s/p15hf/config.json && [ -s s/p15hf/model.safetensors ] ||
   fail "--arch llama --export-hf: no Llama model in s/p15hf"
+# --tokenizer bpe: a vocabulary trained on --data (or read from --tokenizer-file), kept in the
+# checkpoint (resume, sample) and written beside --export-hf for transformers.
+bpe=(--tokenizer bpe --bpe-vocab 300 --arch gpt2 --steps 4 --eval-every 2)
+expect 2 "--bpe-vocab is an option of --tokenizer bpe, not char" -- "$G" "${tiny_gpt[@]}" --out s/t1 --bpe-vocab 300
+expect 2 "--bpe-vocab: 255 is outside \[256, " -- "$G" "${tiny_gpt[@]}" --out s/t2 --tokenizer bpe --bpe-vocab 255
+expect 2 "--bpe-vocab excludes --tokenizer-file" -- "$G" "${tiny_gpt[@]}" --out s/t3 --tokenizer-file small.txt --bpe-vocab 300
+printf '{"model": {"type": "WordPiece"}}' > wordpiece.json
+expect 1 "wordpiece.json: model.type is \"WordPiece\"; attn reads byte-level BPE only" -- "$G" "${tiny_gpt[@]}" --out s/t3 --tokenizer-file wordpiece.json
+quiet "$G" "${tiny_gpt[@]}" "${bpe[@]}" --out s/t4 --stop-at 2
+expect 1 "--tokenizer char conflicts with s/t4/checkpoint.safetensors, a model of --tokenizer bpe" -- "$G" --resume s/t4/checkpoint.safetensors --tokenizer char --threads 1
+expect 1 "--bpe-vocab conflicts with --resume s/t4/checkpoint.safetensors: the tokenizer is the checkpoint's" -- "$G" --resume s/t4/checkpoint.safetensors --bpe-vocab 300 --threads 1
+quiet "$G" --resume s/t4/checkpoint.safetensors --threads 1 --export-hf s/t4hf
+grep -q '"type": "ByteLevel"' s/t4hf/tokenizer.json && [ -s s/t4hf/merges.txt ] &&
+  grep -q PreTrainedTokenizerFast s/t4hf/tokenizer_config.json ||
+  fail "--tokenizer bpe --export-hf: no BPE tokenizer files in s/t4hf"
+expect 0 "^Thou" -- "$G" sample s/t4/checkpoint.safetensors --prompt "Thou" --tokens 5 --threads 1
+"$G" "${tiny_gpt[@]}" --steps 2 --tokenizer-file s/t4hf/tokenizer.json --out s/t5 2>&1 |
+  grep -q "^char_gpt: .*vocab 300 (bpe)" || fail "--tokenizer-file: the run does not use the file's 300 tokens"
+grep -q '"type": "Fuse"' s/p15hf/tokenizer.json || fail "--export-hf: no character tokenizer.json in s/p15hf"
 expect 2 "--seed: '18446744073709551616' is larger than 2\^64 - 1" -- "$G" "${tiny_gpt[@]}" --out s/p9 --seed 18446744073709551616
 expect 2 "--seed: '12345678901234567890123' is larger than 2\^64 - 1" -- "$G" sample guard/c/checkpoint.safetensors --seed 12345678901234567890123
 expect 2 "The following argument was not expected: --bogus" -- "$G" --bogus

@@ -198,9 +198,12 @@ inline data::BpeTokenizer load_bpe(const std::filesystem::path& vocab_json,
 // else: a model that is not BPE, dropout, a continuing-subword prefix or end-of-word suffix,
 // byte_fallback, an unk_token with a byte missing from the vocabulary, another pre-tokenizer or
 // normalizer, and the errors of load_bpe with the merge's index in model.merges.
-inline data::BpeTokenizer load_bpe_tokenizer_json(const std::filesystem::path& path) {
+// The same, from the text of such a file; `path` names it in the messages (a checkpoint that holds
+// a tokenizer.json passes its own name).
+inline data::BpeTokenizer parse_bpe_tokenizer_json(const std::string& text,
+                                                   const std::filesystem::path& path) {
   namespace d = detail::bpe;
-  const d::json j = d::parse(path, d::read_text(path));
+  const d::json j = d::parse(path, text);
   if (!j.is_object()) d::fail(path, std::string("must be a JSON object, found ") + d::kind(j));
   const d::json* model = d::field(j, "model");
   if (!model) d::fail(path, "has no \"model\"");
@@ -308,18 +311,14 @@ inline data::BpeTokenizer load_bpe_tokenizer_json(const std::filesystem::path& p
   }
 }
 
-// Writes `tok` into `dir` (created when missing) as vocab.json (compact, ids in order),
-// merges.txt ("#version: 0.2" then one merge a line) and tokenizer.json (as Hugging Face
-// tokenizers writes it), each atomically (attn/io/atomic_file.hpp). Hugging Face tokenizers
-// (Tokenizer.from_file) and transformers (GPT2TokenizerFast.from_pretrained(dir)) load the folder.
-// Throws io_error when the folder cannot be made, a file cannot be written, or a merge's token
-// holds a space or newline (merges.txt cannot say it).
-inline void save_bpe(const data::BpeTokenizer& tok, const std::filesystem::path& dir) {
-  namespace d = detail::bpe;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw io_error("save_bpe: cannot create the folder '" + dir.string() + "': " + ec.message());
+inline data::BpeTokenizer load_bpe_tokenizer_json(const std::filesystem::path& path) {
+  return parse_bpe_tokenizer_json(detail::bpe::read_text(path), path);
+}
+
+namespace detail::bpe {
+
+// vocab.json: token -> id, in id order.
+inline nlohmann::ordered_json vocab_json(const data::BpeTokenizer& tok) {
   const std::int32_t n = tok.vocabulary_size();
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   // ordered_map is a vector of pairs: emplace_back appends without the linear search for an
@@ -327,18 +326,42 @@ inline void save_bpe(const data::BpeTokenizer& tok, const std::filesystem::path&
   auto& entries = vocab.get_ref<nlohmann::ordered_json::object_t&>();
   entries.reserve(std::size_t(n));
   for (std::int32_t id = 0; id < n; ++id) entries.emplace_back(tok.token(id), id);
-  std::string merges_txt = "#version: 0.2\n";
+  return vocab;
+}
+
+// A tokenizer.json of a BPE model, in the order and with the defaults Hugging Face tokenizers
+// writes: no normalizer, post-processor, truncation or padding.
+inline nlohmann::ordered_json document(nlohmann::ordered_json added,
+                                       nlohmann::ordered_json pre_tokenizer,
+                                       nlohmann::ordered_json decoder, nlohmann::ordered_json vocab,
+                                       nlohmann::ordered_json merges, bool ignore_merges) {
+  nlohmann::ordered_json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = std::move(added);
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = std::move(pre_tokenizer);
+  j["post_processor"] = nullptr;
+  j["decoder"] = std::move(decoder);
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", ignore_merges},
+                {"vocab", std::move(vocab)},
+                {"merges", std::move(merges)}};
+  return j;
+}
+
+// tokenizer.json as Hugging Face tokenizers writes it, around `vocab` (vocab_json's).
+inline nlohmann::ordered_json tokenizer_json(const data::BpeTokenizer& tok,
+                                             nlohmann::ordered_json vocab) {
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
-  for (const auto& [l, r] : tok.merges()) {
-    const std::string& a = tok.token(l);
-    const std::string& b = tok.token(r);
-    for (const std::string* t : {&a, &b})
-      if (t->find_first_of(" \n\r") != std::string::npos)
-        d::fail(dir / "merges.txt",
-                "the token " + d::printable(*t) + " of a merge holds a space or newline");
-    merges_txt += a + " " + b + "\n";
-    merges.push_back({a, b});
-  }
+  for (const auto& [l, r] : tok.merges()) merges.push_back({tok.token(l), tok.token(r)});
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   for (const data::AddedToken& a : tok.added_tokens())
     added.push_back({{"id", a.id},
@@ -355,28 +378,44 @@ inline void save_bpe(const data::BpeTokenizer& tok, const std::filesystem::path&
                                   {"trim_offsets", true},
                                   {"use_regex", o.use_regex}};
   };
-  nlohmann::ordered_json j;
-  j["version"] = "1.0";
-  j["truncation"] = nullptr;
-  j["padding"] = nullptr;
-  j["added_tokens"] = added;
-  j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = byte_level(o.add_prefix_space);
-  j["post_processor"] = nullptr;
-  j["decoder"] = byte_level(true);
-  j["model"] = {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr},
-                {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"ignore_merges", o.ignore_merges},
-                {"vocab", vocab},
-                {"merges", merges}};
+  return document(std::move(added), byte_level(o.add_prefix_space), byte_level(true),
+                  std::move(vocab), std::move(merges), o.ignore_merges);
+}
+
+}  // namespace detail::bpe
+
+// `tok` as the text of a tokenizer.json (what save_bpe writes there; parse_bpe_tokenizer_json
+// reads it back).
+inline std::string bpe_tokenizer_json(const data::BpeTokenizer& tok) {
+  return detail::bpe::tokenizer_json(tok, detail::bpe::vocab_json(tok)).dump(2);
+}
+
+// Writes `tok` into `dir` (created when missing) as vocab.json (compact, ids in order),
+// merges.txt ("#version: 0.2" then one merge a line) and tokenizer.json (as Hugging Face
+// tokenizers writes it), each atomically (attn/io/atomic_file.hpp). Hugging Face tokenizers
+// (Tokenizer.from_file) and transformers (GPT2TokenizerFast.from_pretrained(dir)) load the folder.
+// Throws io_error when the folder cannot be made, a file cannot be written, or a merge's token
+// holds a space or newline (merges.txt cannot say it).
+inline void save_bpe(const data::BpeTokenizer& tok, const std::filesystem::path& dir) {
+  namespace d = detail::bpe;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw io_error("save_bpe: cannot create the folder '" + dir.string() + "': " + ec.message());
+  std::string merges_txt = "#version: 0.2\n";
+  for (const auto& [l, r] : tok.merges()) {
+    const std::string& a = tok.token(l);
+    const std::string& b = tok.token(r);
+    for (const std::string* t : {&a, &b})
+      if (t->find_first_of(" \n\r") != std::string::npos)
+        d::fail(dir / "merges.txt",
+                "the token " + d::printable(*t) + " of a merge holds a space or newline");
+    merges_txt += a + " " + b + "\n";
+  }
+  nlohmann::ordered_json vocab = d::vocab_json(tok);
   write_file_atomically(dir / "vocab.json", vocab.dump());
   write_file_atomically(dir / "merges.txt", merges_txt);
-  write_file_atomically(dir / "tokenizer.json", j.dump(2));
+  write_file_atomically(dir / "tokenizer.json", d::tokenizer_json(tok, std::move(vocab)).dump(2));
 }
 
 }  // namespace attn::io

@@ -4,10 +4,11 @@
 // mapped, GPT-2's Conv1D weights transposed and its fused c_attn split into the query, key and
 // value projections, float16 / bfloat16 / float64 weights converted); save_model writes an attn
 // GPT of either architecture so that transformers' from_pretrained(directory) loads it with no
-// code of ours. A config field attn does not implement (a rope_scaling, attention biases in a
-// Llama, another activation) is an io_error naming the field and its value: never a silent wrong
-// model.
-// Does not download anything, read tokenizers (data/bpe.hpp) nor load other model types.
+// code of ours. A config field attn does not implement (a dynamic rope_scaling, attention biases
+// in a Llama, another activation) is an io_error naming the field and its value: never a silent
+// wrong model. The tokenizer files beside a model: io/hf_tokenizer.hpp (write) and
+// io/bpe_files.hpp (read).
+// Does not download anything nor load other model types.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -217,9 +218,10 @@ inline std::map<std::string, std::pair<TensorData, std::string>> read_weights(
 // vocab_size, layer_norm_epsilon, n_inner, activation_function gelu_new / gelu_pytorch_tanh /
 // gelu, tie_word_embeddings). Llama: model_type "llama" (num_hidden_layers, num_attention_heads,
 // num_key_value_heads, hidden_size, intermediate_size, max_position_embeddings, vocab_size,
-// rms_norm_eps, rope_theta, head_dim = hidden_size / heads, tie_word_embeddings). What attn does
-// not implement is refused by name: rope_scaling, attention_bias, mlp_bias, a sliding window,
-// another hidden_act, GPT-2's attention scaling options and cross-attention.
+// rms_norm_eps, rope_theta, rope_scaling linear / yarn / llama3, head_dim = hidden_size / heads,
+// tie_word_embeddings). What attn does not implement is refused by name: another rope_scaling
+// (dynamic), attention_bias, mlp_bias, a sliding window, another hidden_act, GPT-2's attention
+// scaling options and cross-attention.
 inline Config read_config(const std::filesystem::path& dir) {
   const std::filesystem::path path = dir / "config.json";
   const detail::Fields f(detail::read_json(path), path.string());
