@@ -399,7 +399,7 @@ def train(a):
     table = []
     drop = ["--dropout", str(a.dropout)]
     for cfg in a.configs.split(","):
-        steps = "10" if cfg == "A" else "5"
+        steps = str(a.steps) if a.steps else "10" if cfg == "A" else "5"
         runs, outs = rounds(
             a, lambda: torch_runs("torch_train_step.py", ["--config", cfg, "--steps", steps] + drop),
             lambda: bench(a.build, "train_step", ["--config", cfg, "--threads", str(a.threads),
@@ -423,7 +423,7 @@ def train(a):
               f"{tb:5.0f} {combo_name(tc)} ({trss:.2f}) | {max(toks) / tb:.2f}x")
         print_rounds("tokens/s", toks, round_best(runs, a.rounds, "tokens_per_s"))
     for cfg, _, _, _, tc, _, _ in table if a.pairs else []:
-        steps = "10" if cfg == "A" else "5"
+        steps = str(a.steps) if a.steps else "10" if cfg == "A" else "5"
         got = pairs(a, {tc[:2]},
                     lambda c: torch_run("torch_train_step.py",
                                         ["--config", cfg, "--steps", steps] + drop, c),
@@ -539,6 +539,8 @@ def main():
             p.add_argument("--dropout", type=float, default=0.0,
                            help="train with this dropout on both sides (default 0, as the "
                                 "configurations)")
+            p.add_argument("--steps", type=int, default=0,
+                           help="timed training steps of each side (default 10 for A, 5 for B)")
         if name == "generate":
             p.add_argument("--prompt", type=int, default=16)
             p.add_argument("--tokens", type=int, default=256)
