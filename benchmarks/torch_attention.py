@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The PyTorch side of benchmarks/attention.cpp: softmax(Q Kᵀ/√d) V written out, forward and
-forward+backward, and nn.MultiheadAttention (projections included), float32, B = 1, 8 heads,
-d_h = 64, on the CPU.
+forward+backward, nn.MultiheadAttention (projections included) and, on torch >= 2.0,
+F.scaled_dot_product_attention (its fused flash-attention kernel on the CPU), float32, B = 1,
+8 heads, d_h = 64, on the CPU.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 benchmarks/torch_attention.py \
         --threads 2 --lengths 256,1024,2048,4096
@@ -17,6 +18,9 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
+
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")  # torch >= 2.0
 
 
 def median_ms(reps, fn):
@@ -49,7 +53,8 @@ def main():
     else:
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, B = {B}, "
               f"H = {H}, Dh = {Dh}; SGEMM (n = {n}): {sgemm:.1f} GFLOP/s")
-        print("     T mask    | manual fwd ms | manual f+b ms | nn.MHA fwd ms | nn.MHA f+b ms")
+        print("     T mask    | manual fwd ms | manual f+b ms | nn.MHA fwd ms | nn.MHA f+b ms"
+              + (" | SDPA fwd ms | SDPA f+b ms" if HAS_SDPA else ""))
     for T in [int(t) for t in args.lengths.split(",")]:
         for causal in (False, True):
             q = torch.randn(B, H, T, Dh, requires_grad=True)
@@ -81,10 +86,22 @@ def main():
             def mha_fb():
                 mha(x, x, x, attn_mask=mask, need_weights=False)[0].sum().backward()
 
-            row = [median_ms(args.reps, f) for f in (manual_fwd, manual_fb, mha_fwd, mha_fb)]
+            ways = [manual_fwd, manual_fb, mha_fwd, mha_fb]
+            keys = ["manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms"]
+            if HAS_SDPA:
+                # torch >= 2.0: the fused kernel (flash attention on the CPU), as nanoGPT calls it.
+                def sdpa_fwd():
+                    with torch.no_grad():
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                def sdpa_fb():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal).sum().backward()
+
+                ways += [sdpa_fwd, sdpa_fb]
+                keys += ["sdpa_fwd_ms", "sdpa_fb_ms"]
+            row = [median_ms(args.reps, f) for f in ways]
             mask_name = "causal" if causal else "none"
             if args.json:
-                keys = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
                 print(json.dumps({"T": T, "mask": mask_name, **dict(zip(keys, row))}), flush=True)
             else:
                 print(f"{T:6d} {mask_name:7s} | " + " | ".join(f"{t:13.1f}" for t in row),

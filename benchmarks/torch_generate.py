@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train_step import CONFIGS, GPT  # noqa: E402
+import torch_train_step  # noqa: E402
+from torch_train_step import CONFIGS, GPT, HAS_SDPA  # noqa: E402
 
 
 def attend(attn, x, cache):
@@ -36,9 +37,14 @@ def attend(attn, x, cache):
         k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
     cache["k"], cache["v"] = k, v
     L = k.shape[2]
-    s = (q @ k.transpose(-2, -1)) / math.sqrt(D // attn.h)
-    s = s.masked_fill(~attn.mask[L - T:L, :L], float("-inf"))
-    y = F.softmax(s, dim=-1) @ v
+    if torch_train_step.ATTENTION == "sdpa":
+        # The new rows see every cached key and the new keys up to their own: a bottom-right
+        # causal mask, given explicitly (is_causal would align it top-left).
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn.mask[L - T:L, :L])
+    else:
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(D // attn.h)
+        s = s.masked_fill(~attn.mask[L - T:L, :L], float("-inf"))
+        y = F.softmax(s, dim=-1) @ v
     return attn.out_proj(y.transpose(1, 2).reshape(B, T, D))
 
 
@@ -77,8 +83,14 @@ def main():
     ap.add_argument("--prompt", type=int, default=16, help="prompt length in tokens")
     ap.add_argument("--tokens", type=int, default=256, help="new tokens")
     ap.add_argument("--reps", type=int, default=5, help="timed calls (the median is printed)")
+    ap.add_argument("--attention", choices=("manual", "sdpa"), default=None,
+                    help="manual (masked_fill + softmax) or sdpa (F.scaled_dot_product_attention, "
+                         "torch >= 2.0); default sdpa where torch has it")
     ap.add_argument("--json", action="store_true", help="one JSON object (for vs_torch.py)")
     args = ap.parse_args()
+    torch_train_step.ATTENTION = args.attention or ("sdpa" if HAS_SDPA else "manual")
+    if torch_train_step.ATTENTION == "sdpa" and not HAS_SDPA:
+        ap.error(f"--attention sdpa needs torch >= 2.0; this is {torch.__version__}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     c = CONFIGS[args.config]
@@ -93,7 +105,7 @@ def main():
     secs = statistics.median(times)
     if args.json:
         print(json.dumps({"torch": torch.__version__, "config": args.config,
-                          "threads": args.threads, "prompt": args.prompt, "tokens": len(out),
+                          "attention": torch_train_step.ATTENTION, "threads": args.threads, "prompt": args.prompt, "tokens": len(out),
                           "tokens_per_s": len(out) / secs}))
     else:
         print(f"torch {torch.__version__} config {args.config}, {args.threads} threads, prompt "

@@ -60,15 +60,30 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 AVX2 = False  # --avx2: AVX2 code paths on both sides
-PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives in the system interpreter
+DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives in the system interpreter
+PYTHON = DEBIAN_PYTHON  # --python
+# The allocators PyTorch's CPU performance guide suggests, preloaded (Debian's libjemalloc2 and
+# libtcmalloc-minimal4); glibc's is the default.
+ALLOCATORS = {"glibc": None,
+              "jemalloc": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+              "tcmalloc": "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"}
+# PyTorch's settings besides its thread count, by label: (OpenBLAS threads, allocator). Set by
+# --openblas-threads and --allocators; the label is what the tables print after "t<threads>/".
+VARIANTS = {"b1": (1, "glibc"), "b2": (2, "glibc")}
 
 
-def environment(openblas_threads=None):
+def variant_label(openblas_threads, allocator):
+    return f"b{openblas_threads}" + ("" if allocator == "glibc" else f"+{allocator[:2]}")
+
+
+def environment(openblas_threads=None, allocator="glibc"):
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
-                        "OMP_NUM_THREADS")}
+                        "OMP_NUM_THREADS", "LD_PRELOAD")}
     if openblas_threads is not None:
         env["OPENBLAS_NUM_THREADS"] = str(openblas_threads)
+    if ALLOCATORS[allocator]:
+        env["LD_PRELOAD"] = ALLOCATORS[allocator]
     if AVX2:
         env["OPENBLAS_CORETYPE"] = "Zen"
         env["ATEN_CPU_CAPABILITY"] = "avx2"
@@ -117,17 +132,19 @@ def quiet(cmd, env):
 
 
 def torch_run(script, args, combo):
-    """[json objects] of one PyTorch run with combo = (torch threads, OpenBLAS threads)."""
-    tt, ob = combo
-    print(f"vs_torch: {script}, torch threads {tt}, OpenBLAS threads {ob}", file=sys.stderr)
+    """[json objects] of one PyTorch run with combo = (torch threads, VARIANTS label)."""
+    tt, label = combo
+    ob, allocator = VARIANTS[label]
+    print(f"vs_torch: {script}, torch threads {tt}, OpenBLAS threads {ob}, {allocator} malloc",
+          file=sys.stderr)
     out = quiet([PYTHON, os.path.join(HERE, script), "--threads", str(tt), "--json", *args],
-                environment(ob))
+                environment(ob, allocator))
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def torch_runs(script, args):
     """{(torch threads, OpenBLAS threads): [json objects]} for every combination."""
-    return {c: torch_run(script, args, c) for c in itertools.product((1, 2), (1, 2))}
+    return {c: torch_run(script, args, c) for c in itertools.product((1, 2), VARIANTS)}
 
 
 def rounds(a, torch_fn, attn_fn):
@@ -172,12 +189,30 @@ def spread(values, unit="x", digits=2):
 
 
 def combo_columns(runs, key):
-    """The table's four PyTorch columns: each combination's best figure over the rounds (higher
-    is better), in t1/b1, t1/b2, t2/b1, t2/b2 order."""
+    """The table's PyTorch columns: each combination's best figure over the rounds (higher is
+    better), in combo_header's order."""
     out = {}
     for c, r in runs.items():
         out[c[:2]] = max(out.get(c[:2], r[0][key]), r[0][key])
-    return "  ".join(f"{out[c]:5.0f}" for c in sorted(out))
+    return "  ".join(f"{out[c]:>{len(combo_name(c))}.0f}" for c in sorted(out))
+
+
+def combo_header():
+    """The names of combo_columns' columns (t1/b1  t1/b2 ...)."""
+    return "  ".join(combo_name(c) for c in sorted(itertools.product((1, 2), VARIANTS)))
+
+
+def variants_line():
+    """What the t/b... labels of the tables vary, for their headings."""
+    allocators = sorted({al for _, al in VARIANTS.values()})
+    return ("OpenBLAS threads" + (" x allocator (+je jemalloc, +tc tcmalloc)"
+                                  if allocators != ["glibc"] else "") + " (t/b)")
+
+
+def torch_line(runs):
+    """Which PyTorch ran, for the tables' heading."""
+    versions = sorted({r[0].get("torch", "?") for r in runs.values() if r})
+    return f"PyTorch {', '.join(versions)} ({PYTHON})"
 
 
 def round_best(runs, n, key):
@@ -199,7 +234,7 @@ def best(runs, select, key, lower_is_better=True):
 
 
 def combo_name(c):
-    return f"t{c[0]}/b{c[1]}"
+    return f"t{c[0]}/{c[1]}"
 
 
 def bench(build, name, args):
@@ -252,6 +287,17 @@ def parse_bench_attention(out):
 
 # torch_attention.py's figures for each (T, mask) case.
 TORCH_ATTENTION_KEYS = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
+# torch >= 2.0 adds its fused kernel (torch_attention.py's F.scaled_dot_product_attention).
+SDPA_KEYS = ("sdpa_fwd_ms", "sdpa_fb_ms")
+WAY_NAMES = {"manual": "manual", "mha": "nn.MHA", "sdpa": "SDPA"}
+
+
+def attention_keys(runs):
+    """The figures every PyTorch run of torch_attention.py gave: TORCH_ATTENTION_KEYS, and
+    SDPA_KEYS where its torch has the fused kernel."""
+    cases = [x for r in runs.values() for x in r if "T" in x]
+    return TORCH_ATTENTION_KEYS + (SDPA_KEYS if all(k in x for x in cases for k in SDPA_KEYS)
+                                   else ())
 
 
 def case(r, T, mask):
@@ -357,13 +403,16 @@ def attention(a):
             for k, (s, _) in enumerate(outs)]
     rows += [{"what": "sgemm", "who": "torch", "combo": combo_name(c), "round": c[2],
               "gflops": r[0]["sgemm_gflops"]} for c, r in runs.items()]
-    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
-          f"threads (t/b)")
+    print(f"\n{cpu_line()}; attn {a.threads} threads; {torch_line(runs)}, best of torch threads x "
+          f"{variants_line()}")
     print(f"SGEMM n = 2048: attn::gemm {attn_sgemm:.1f} GFLOP/s, PyTorch {sgemm:.1f} "
           f"({combo_name(sgemm_combo)})")
-    print("     T mask    | attn fwd   f+b | manual fwd (t/b)    f+b (t/b)   | nn.MHA fwd (t/b)"
-          "    f+b (t/b)   | f+b: manual  MHA | fwd: manual  MHA | fwd % best SGEMM")
-    keys = TORCH_ATTENTION_KEYS
+    keys = attention_keys(runs)
+    ways = [k[:-len("_fwd_ms")] for k in keys[::2]]
+    print("     T mask    | attn fwd   f+b | "
+          + " | ".join(f"{WAY_NAMES[w] + ' fwd':>10s} (t/b)    f+b (t/b)  " for w in ways)
+          + " | f+b: " + " ".join(f"{WAY_NAMES[w]:>6s}" for w in ways)
+          + " | fwd: " + " ".join(f"{WAY_NAMES[w]:>6s}" for w in ways) + " | fwd % best SGEMM")
     for T, mask in itertools.product(lengths, ("none", "causal")):
         o = ours[(T, mask)]
 
@@ -372,13 +421,12 @@ def attention(a):
 
         f = {k: best(runs, select, k) for k in keys}
         theirs = " | ".join(
-            " ".join(f"{f[k][0]:8.1f} ({combo_name(f[k][1])})" for k in pair)
-            for pair in (keys[:2], keys[2:]))
-        fb = [f[k][0] / o["fused_fb_ms"] for k in ("manual_fb_ms", "mha_fb_ms")]
-        fwd = [f[k][0] / o["fused_fwd_ms"] for k in ("manual_fwd_ms", "mha_fwd_ms")]
+            " ".join(f"{f[k][0]:8.1f} ({combo_name(f[k][1])})" for k in keys[i:i + 2])
+            for i in range(0, len(keys), 2))
+        fb = " ".join(f"{f[w + '_fb_ms'][0] / o['fused_fb_ms']:6.2f}x" for w in ways)
+        fwd = " ".join(f"{f[w + '_fwd_ms'][0] / o['fused_fwd_ms']:6.2f}x" for w in ways)
         print(f"{T:6d} {mask:8s}| {o['fused_fwd_ms']:8.1f} {o['fused_fb_ms']:5.1f} | {theirs} | "
-              f"{fb[0]:10.2f}x {fb[1]:4.2f}x | {fwd[0]:10.2f}x {fwd[1]:4.2f}x | "
-              f"{100 * o['fused_gflops'] / best_sgemm:13.0f} %")
+              f"     {fb} |      {fwd} | {100 * o['fused_gflops'] / best_sgemm:13.0f} %")
         rows += [{"what": "attention", "who": "attn", "threads": a.threads, "T": T, "mask": mask,
                   "round": k + 1, **o[(T, mask)]} for k, (_, o) in enumerate(outs)]
         for c, r in runs.items():
@@ -394,14 +442,16 @@ def attention(a):
 
 def train(a):
     rows = []
-    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
-          f"threads (t/b)")
+    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch ({PYTHON}) best of torch threads x "
+          f"{variants_line()}")
     table = []
     drop = ["--dropout", str(a.dropout)]
+    torch_extra = ["--compile"] if a.torch_compile else []
     for cfg in a.configs.split(","):
         steps = str(a.steps) if a.steps else "10" if cfg == "A" else "5"
         runs, outs = rounds(
-            a, lambda: torch_runs("torch_train_step.py", ["--config", cfg, "--steps", steps] + drop),
+            a, lambda: torch_runs("torch_train_step.py",
+                                  ["--config", cfg, "--steps", steps] + drop + torch_extra),
             lambda: bench(a.build, "train_step", ["--config", cfg, "--threads", str(a.threads),
                                                   "--steps", steps] + drop))
         toks = [float(re.search(r"tokens/s (\d+)", out).group(1)) for out in outs]
@@ -414,19 +464,26 @@ def train(a):
                  for k, tok in enumerate(toks)]
         rows += [{"what": "train", "who": "torch", "config": cfg, "dropout": a.dropout,
                   "combo": combo_name(c), "round": c[2], "tokens_per_s": r[0]["tokens_per_s"],
-                  "peak_rss_gib": r[0]["peak_rss_gib"]} for c, r in runs.items()]
-    print("config | attn tokens/s  RSS GiB | PyTorch t1/b1  t1/b2  t2/b1  t2/b2 | "
+                  "peak_rss_gib": r[0]["peak_rss_gib"], "torch": r[0].get("torch"),
+                  "attention": r[0].get("attention", "manual"), "compile": r[0].get("compile")}
+                 for c, r in runs.items()]
+    print(f"config | attn tokens/s  RSS GiB | PyTorch {combo_header()} | "
           "best (RSS GiB)     | ratio")
     for cfg, toks, rss, tb, tc, trss, runs in table:
         each = combo_columns(runs, "tokens_per_s")
         print(f"{cfg:6s} | {max(toks):13.0f} {rss:8.2f} | {each:>33s} | "
               f"{tb:5.0f} {combo_name(tc)} ({trss:.2f}) | {max(toks) / tb:.2f}x")
         print_rounds("tokens/s", toks, round_best(runs, a.rounds, "tokens_per_s"))
+    runs = table[-1][6]
+    print(torch_line(runs) + ", attention "
+          + ", ".join(sorted({r[0].get("attention", "manual") for r in runs.values()}))
+          + (", torch.compile" if a.torch_compile else ""))
     for cfg, _, _, _, tc, _, _ in table if a.pairs else []:
         steps = str(a.steps) if a.steps else "10" if cfg == "A" else "5"
         got = pairs(a, {tc[:2]},
                     lambda c: torch_run("torch_train_step.py",
-                                        ["--config", cfg, "--steps", steps] + drop, c),
+                                        ["--config", cfg, "--steps", steps] + drop
+                                        + (["--compile"] if a.torch_compile else []), c),
                     lambda: bench(a.build, "train_step", ["--config", cfg, "--threads",
                                                           str(a.threads), "--steps", steps]
                                   + drop))
@@ -486,9 +543,9 @@ def number(v):
 
 def generate(a):
     rows = []
-    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch best of torch threads x OpenBLAS "
-          f"threads (t/b); prompt {a.prompt}, {a.tokens} new tokens, KV cache on both sides")
-    print("config | attn tokens/s | PyTorch t1/b1  t1/b2  t2/b1  t2/b2 | best  | ratio")
+    print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch ({PYTHON}) best of torch threads x "
+          f"{variants_line()}; prompt {a.prompt}, {a.tokens} new tokens, KV cache on both sides")
+    print(f"config | attn tokens/s | PyTorch {combo_header()} | best  | ratio")
     for cfg in a.configs.split(","):
         runs, outs = rounds(
             a, lambda: torch_runs("torch_generate.py", ["--config", cfg, "--prompt",
@@ -506,7 +563,11 @@ def generate(a):
         rows += [{"what": "generate", "who": "attn", "config": cfg, "threads": a.threads,
                   "round": k + 1, "tokens_per_s": tok} for k, tok in enumerate(toks)]
         rows += [{"what": "generate", "who": "torch", "config": cfg, "combo": combo_name(c),
-                  "round": c[2], "tokens_per_s": r[0]["tokens_per_s"]} for c, r in runs.items()]
+                  "round": c[2], "tokens_per_s": r[0]["tokens_per_s"], "torch": r[0].get("torch"),
+                  "attention": r[0].get("attention", "manual")} for c, r in runs.items()]
+        last_runs = runs
+    print(torch_line(last_runs) + ", attention "
+          + ", ".join(sorted({r[0].get("attention", "manual") for r in last_runs.values()})))
     write_csv(a.csv, rows)
 
 
@@ -523,6 +584,16 @@ def main():
                             "turns the quiet check off, for trying the script out)")
         p.add_argument("--avx2", action="store_true",
                        help="AVX2 code paths on both sides (see above)")
+        p.add_argument("--python", default=DEBIAN_PYTHON,
+                       help="the interpreter whose torch runs the PyTorch side (default Debian's "
+                            "/usr/bin/python3 with python3-torch; build/oracle-venv/bin/python for "
+                            "PyPI's current torch)")
+        p.add_argument("--openblas-threads", default="1,2",
+                       help="OPENBLAS_NUM_THREADS values to try (default 1,2; 1 alone for a torch "
+                            "that does not use OpenBLAS, as PyPI's, which uses MKL)")
+        p.add_argument("--allocators", default="glibc",
+                       help="malloc implementations to try, comma-separated: glibc, jemalloc, "
+                            "tcmalloc (preloaded; Debian's libjemalloc2, libtcmalloc-minimal4)")
         p.add_argument("--rounds", type=int, default=1,
                        help="repeat the comparison, alternating which side goes first, and take "
                             "each side's best (default 1; see above)")
@@ -541,6 +612,8 @@ def main():
                                 "configurations)")
             p.add_argument("--steps", type=int, default=0,
                            help="timed training steps of each side (default 10 for A, 5 for B)")
+            p.add_argument("--torch-compile", action="store_true",
+                           help="PyTorch's model through torch.compile (torch >= 2.0)")
         if name == "generate":
             p.add_argument("--prompt", type=int, default=16)
             p.add_argument("--tokens", type=int, default=256)
@@ -555,9 +628,22 @@ def main():
         ap.error(f"--pairs must be 0 or more, got {a.pairs}")
     if not 0.0 <= getattr(a, "dropout", 0.0) <= 0.95:
         ap.error(f"--dropout must be in [0, 0.95], got {a.dropout}")
-    global OTHERS, AVX2
+    global OTHERS, AVX2, PYTHON, VARIANTS
     OTHERS = a.others
     AVX2 = a.avx2
+    PYTHON = a.python
+    allocators = a.allocators.split(",")
+    for al in allocators:
+        if al not in ALLOCATORS:
+            ap.error(f"--allocators: {al!r} is not one of {', '.join(ALLOCATORS)}")
+        if ALLOCATORS[al] and not os.path.exists(ALLOCATORS[al]):
+            ap.error(f"--allocators {al}: {ALLOCATORS[al]} not found (apt install "
+                     f"{'libjemalloc2' if al == 'jemalloc' else 'libtcmalloc-minimal4'})")
+    try:
+        openblas = [int(t) for t in a.openblas_threads.split(",")]
+    except ValueError:
+        ap.error(f"--openblas-threads: {a.openblas_threads!r} is not a list of integers")
+    VARIANTS = {variant_label(ob, al): (ob, al) for ob in openblas for al in allocators}
     check_build(a.build)
     {"attention": attention, "train": train, "generate": generate}[a.what](a)
 

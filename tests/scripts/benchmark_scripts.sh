@@ -9,8 +9,8 @@
 # python3-torch: $ATTN_TORCH_PYTHON, else /usr/bin/python3. Without torch there the test is skipped
 # (exit 77), unless ATTN_REQUIRE_TORCH=1 (scripts/test sets it after installing python3-torch):
 # then it fails. The scripts that need PyPI's transformers or tokenizers (hf_generate.py,
-# bpe_vs_hf.py) run where scripts/oracle-venv made build/oracle-venv, and are skipped otherwise:
-# the tests never download anything.
+# bpe_vs_hf.py), and vs_torch.py with PyPI's current torch, run where scripts/oracle-venv made
+# build/oracle-venv, and are skipped otherwise: the tests never download anything.
 set -uo pipefail
 src=$1
 build=$2
@@ -61,8 +61,14 @@ if [[ -x "$venv" ]]; then
     --corpus "$work/small.txt" --vocab 300 --reps 1
   run "hf_generate.py" "$venv" "$src/benchmarks/hf_generate.py" \
     --model "$src/benchmarks/hf_shapes/gpt2-124m" --threads 1 --prompt 4 --tokens 2 --reps 1
+  # PyPI's torch: the SDPA figures, a preloaded allocator, torch.compile.
+  run "vs_torch.py attention (PyPI torch)" "$venv" "$src/benchmarks/vs_torch.py" attention \
+    --build "$build" "${q[@]}" --python "$venv" --openblas-threads 1 --allocators tcmalloc \
+    --lengths 32 --reps 1
+  run "torch_train_step.py --compile (PyPI torch)" "$venv" "$src/benchmarks/torch_train_step.py" \
+    --config A --threads 1 --steps 1 --compile --json
 else
-  echo "skipped: bpe_vs_hf.py, hf_generate.py (they need transformers and tokenizers from" \
+  echo "skipped: bpe_vs_hf.py, hf_generate.py, vs_torch.py with PyPI's torch (they need" \
     "scripts/oracle-venv, which made no $venv)"
 fi
 exit $failed
