@@ -10,8 +10,9 @@
     benchmarks/vs_torch.py table --csv FILE    # the pairs tables again, from a --csv file
 
 PyTorch runs in a fresh process for every combination of its intra-op threads (torch
-.set_num_threads: 1, 2) and OpenBLAS's threads (OPENBLAS_NUM_THREADS: 1, 2; OpenBLAS reads it when
-it loads), each under benchmarks/quiet_run.py (it waits for a quiet machine and repeats a run
+.set_num_threads: 1, 2) and OpenBLAS's threads (OPENBLAS_NUM_THREADS: --openblas-threads, default
+1, 2; OpenBLAS reads it when it loads) and, with --allocators, the malloc it runs with (glibc's,
+or jemalloc or tcmalloc preloaded), each under benchmarks/quiet_run.py (it waits for a quiet machine and repeats a run
 that others disturbed). Each figure of PyTorch's is the best over the four combinations, and the
 table says which gave it; attn runs once with --threads (default 2). OPENBLAS_CORETYPE and
 OPENBLAS_L2_SIZE are unset for every process (some machines preset them for older OpenBLAS builds,
@@ -45,8 +46,11 @@ script checks the build's flags), OpenBLAS with the kernels it picks on a Zen 3
 process. The instructions are a Zen 3's; the caches, clocks and the rest of the core are still the
 machine's own, so such a table stands in for a Zen 3 until one is measured, not for one.
 
-The PyTorch scripts (torch_attention.py, torch_train_step.py, torch_generate.py) need
-python3-torch (Debian); attn does not depend on it.
+The PyTorch scripts (torch_attention.py, torch_train_step.py, torch_generate.py) run under
+--python: Debian's /usr/bin/python3 with python3-torch (1.13) by default, or PyPI's current torch
+in build/oracle-venv (benchmarks/peers/setup.sh; there they use F.scaled_dot_product_attention,
+torch_attention.py adds its rows, and train --torch-compile compiles the model;
+benchmarks/peers/compare.sh runs the whole comparison for both). attn does not depend on them.
 """
 import argparse
 import csv
@@ -62,7 +66,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 AVX2 = False  # --avx2: AVX2 code paths on both sides
 DEBIAN_PYTHON = "/usr/bin/python3"  # Debian's python3-torch lives in the system interpreter
 PYTHON = DEBIAN_PYTHON  # --python
-# The allocators PyTorch's CPU performance guide suggests, preloaded (Debian's libjemalloc2 and
+# The allocators commonly preloaded to speed PyTorch up on the CPU (Debian's libjemalloc2 and
 # libtcmalloc-minimal4); glibc's is the default.
 ALLOCATORS = {"glibc": None,
               "jemalloc": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
@@ -213,6 +217,17 @@ def torch_line(runs):
     """Which PyTorch ran, for the tables' heading."""
     versions = sorted({r[0].get("torch", "?") for r in runs.values() if r})
     return f"PyTorch {', '.join(versions)} ({PYTHON})"
+
+
+def peer_line(runs):
+    """torch_line and the attention the model scripts used (manual or sdpa), under a table."""
+    return (torch_line(runs) + ", attention "
+            + ", ".join(sorted({r[0].get("attention", "manual") for r in runs.values()})))
+
+
+def train_steps(a, cfg):
+    """Timed training steps of configuration cfg: --steps, else 10 for A and 5 for B."""
+    return str(a.steps) if a.steps else "10" if cfg == "A" else "5"
 
 
 def round_best(runs, n, key):
@@ -448,7 +463,7 @@ def train(a):
     drop = ["--dropout", str(a.dropout)]
     torch_extra = ["--compile"] if a.torch_compile else []
     for cfg in a.configs.split(","):
-        steps = str(a.steps) if a.steps else "10" if cfg == "A" else "5"
+        steps = train_steps(a, cfg)
         runs, outs = rounds(
             a, lambda: torch_runs("torch_train_step.py",
                                   ["--config", cfg, "--steps", steps] + drop + torch_extra),
@@ -474,16 +489,13 @@ def train(a):
         print(f"{cfg:6s} | {max(toks):13.0f} {rss:8.2f} | {each:>33s} | "
               f"{tb:5.0f} {combo_name(tc)} ({trss:.2f}) | {max(toks) / tb:.2f}x")
         print_rounds("tokens/s", toks, round_best(runs, a.rounds, "tokens_per_s"))
-    runs = table[-1][6]
-    print(torch_line(runs) + ", attention "
-          + ", ".join(sorted({r[0].get("attention", "manual") for r in runs.values()}))
-          + (", torch.compile" if a.torch_compile else ""))
+    print(peer_line(table[-1][6]) + (", torch.compile" if a.torch_compile else ""))
     for cfg, _, _, _, tc, _, _ in table if a.pairs else []:
-        steps = str(a.steps) if a.steps else "10" if cfg == "A" else "5"
+        steps = train_steps(a, cfg)
         got = pairs(a, {tc[:2]},
                     lambda c: torch_run("torch_train_step.py",
                                         ["--config", cfg, "--steps", steps] + drop
-                                        + (["--compile"] if a.torch_compile else []), c),
+                                        + torch_extra, c),
                     lambda: bench(a.build, "train_step", ["--config", cfg, "--threads",
                                                           str(a.threads), "--steps", steps]
                                   + drop))
@@ -566,8 +578,7 @@ def generate(a):
                   "round": c[2], "tokens_per_s": r[0]["tokens_per_s"], "torch": r[0].get("torch"),
                   "attention": r[0].get("attention", "manual")} for c, r in runs.items()]
         last_runs = runs
-    print(torch_line(last_runs) + ", attention "
-          + ", ".join(sorted({r[0].get("attention", "manual") for r in last_runs.values()})))
+    print(peer_line(last_runs))
     write_csv(a.csv, rows)
 
 

@@ -10,7 +10,7 @@
 #   libcufile.so.0), and the CPU-only wheels are published outside PyPI, which these machines do
 #   not reach: so the smallest install that runs on the CPU is the whole wheel, about 5.6 GB.
 # * Debian's python3-torch (1.13), the earlier baseline, kept as a second column.
-# * The allocators PyTorch's CPU performance guide suggests, which vs_torch.py --allocators
+# * The allocators commonly preloaded to speed PyTorch up on the CPU, which vs_torch.py --allocators
 #   preloads: Debian's libjemalloc2 and libtcmalloc-minimal4.
 # Writes build/peers/versions.txt: each peer's version, for the tables' commands.
 # Never used by the library, its build or its tests.

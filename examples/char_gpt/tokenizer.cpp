@@ -2,6 +2,7 @@
 #include "tokenizer.hpp"
 
 #include <attn/io/bpe_files.hpp>
+#include <attn/io/checkpoint.hpp>
 #include <attn/io/hf_tokenizer.hpp>
 
 namespace char_gpt {
@@ -23,19 +24,13 @@ Tokenizer Tokenizer::make(const std::string& kind, std::string_view corpus, std:
   return t;
 }
 
-Tokenizer Tokenizer::from_metadata(const std::map<std::string, std::string>& metadata,
-                                   const std::string& source) {
-  const auto get = [&](const std::string& key) -> const std::string& {
-    const auto it = metadata.find(key);
-    ATTN_CHECK(it != metadata.end(), attn::io_error, source, ": metadata '", key, "' is missing");
-    return it->second;
-  };
-  const auto kind = metadata.find("tokenizer");
+Tokenizer Tokenizer::from_checkpoint(const attn::io::Safetensors& file, const std::string& source) {
+  const auto kind = file.metadata.find("tokenizer");
   Tokenizer t;
-  if (kind == metadata.end() || kind->second == "char") {
-    t.tok_ = data::CharTokenizer::from_vocabulary(get("vocab"));
+  if (kind == file.metadata.end() || kind->second == "char") {
+    t.tok_ = data::CharTokenizer::from_vocabulary(attn::io::metadata_string(file, "vocab", source));
   } else if (kind->second == "bpe") {
-    t.bpe_json_ = get("tokenizer.json");
+    t.bpe_json_ = attn::io::metadata_string(file, "tokenizer.json", source);
     t.tok_ =
         attn::io::parse_bpe_tokenizer_json(t.bpe_json_, source + " (metadata 'tokenizer.json')");
   } else {
@@ -45,7 +40,8 @@ Tokenizer Tokenizer::from_metadata(const std::map<std::string, std::string>& met
   return t;
 }
 
-void Tokenizer::save(std::map<std::string, std::string>& metadata) const {
+void Tokenizer::save(attn::io::Safetensors& file) const {
+  auto& metadata = file.metadata;
   if (const auto* c = std::get_if<data::CharTokenizer>(&tok_)) {
     metadata["vocab"] = c->vocabulary();  // "tokenizer" absent: as before BPE existed
   } else {

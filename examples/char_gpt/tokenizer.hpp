@@ -7,12 +7,15 @@
 #include <attn/data/char_tokenizer.hpp>
 
 #include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+namespace attn::io {
+struct Safetensors;
+}
 
 namespace char_gpt {
 
@@ -25,10 +28,9 @@ class Tokenizer {
                         const std::string& file);
   // A checkpoint's, from its metadata ("tokenizer" absent or "char": the characters in "vocab";
   // "bpe": the tokenizer.json text in "tokenizer.json"); errors name `source`.
-  static Tokenizer from_metadata(const std::map<std::string, std::string>& metadata,
-                                 const std::string& source);
-  // Writes the keys from_metadata reads.
-  void save(std::map<std::string, std::string>& metadata) const;
+  static Tokenizer from_checkpoint(const attn::io::Safetensors& file, const std::string& source);
+  // Writes the metadata from_checkpoint reads into `file`.
+  void save(attn::io::Safetensors& file) const;
 
   const char* kind() const { return is_char() ? "char" : "bpe"; }
   // What a token is, for messages: "characters" or "tokens".

@@ -98,7 +98,7 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt, const T
   auto& m = file.metadata;
   m["format"] = "attn.char_gpt.v1";
   m["attention"] = o.attention;
-  tok.save(m);
+  tok.save(file);
   attn::train::save_run_point(m, settings, point);
   m["train.data_crc32"] = std::to_string(data_crc);
   m["train.train_fraction"] = shortest_text(o.train_fraction);
@@ -210,8 +210,7 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
                " was trained on (its CRC-32 differs): resume with the same --data");
   Tokenizer tok;
   if (from_checkpoint) {
-    tok =
-        examples::about(source, [&] { return Tokenizer::from_metadata(resumed.metadata, source); });
+    tok = examples::about(source, [&] { return Tokenizer::from_checkpoint(resumed, source); });
     ATTN_CHECK(!settings.given("tokenizer") || o.tokenizer == tok.kind(), attn::value_error,
                "--tokenizer ", o.tokenizer, " conflicts with ", source, ", a model of --tokenizer ",
                tok.kind());
@@ -428,8 +427,8 @@ int sample(const SampleOptions& o, const io::Safetensors& file) {
   Model model(io::get_gpt_config(file, o.checkpoint),
               examples::attention_factory(io::metadata_string(file, "attention", o.checkpoint)));
   io::get_parameters(file, model, o.checkpoint);
-  const Tokenizer tok = examples::about(
-      o.checkpoint, [&] { return Tokenizer::from_metadata(file.metadata, o.checkpoint); });
+  const Tokenizer tok =
+      examples::about(o.checkpoint, [&] { return Tokenizer::from_checkpoint(file, o.checkpoint); });
   nn::SampleConfig s;
   s.max_tokens = o.tokens;
   s.temperature = o.temperature;

@@ -317,16 +317,30 @@ inline data::BpeTokenizer load_bpe_tokenizer_json(const std::filesystem::path& p
 
 namespace detail::bpe {
 
-// vocab.json: token -> id, in id order.
-inline nlohmann::ordered_json vocab_json(const data::BpeTokenizer& tok) {
-  const std::int32_t n = tok.vocabulary_size();
+// Makes the folder `dir` where it is missing; io_error "`operation`: cannot create the folder ...".
+inline void make_folder(const std::filesystem::path& dir, const char* operation) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw io_error(std::string(operation) + ": cannot create the folder '" + dir.string() +
+                   "': " + ec.message());
+}
+
+// A vocabulary object, token -> id, in id order: token_of(id) for id 0 .. n-1, all distinct.
+template <class TokenOf>
+nlohmann::ordered_json vocab_json(std::int32_t n, TokenOf&& token_of) {
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   // ordered_map is a vector of pairs: emplace_back appends without the linear search for an
   // existing key that operator[] does (the tokens are distinct).
   auto& entries = vocab.get_ref<nlohmann::ordered_json::object_t&>();
   entries.reserve(std::size_t(n));
-  for (std::int32_t id = 0; id < n; ++id) entries.emplace_back(tok.token(id), id);
+  for (std::int32_t id = 0; id < n; ++id) entries.emplace_back(token_of(id), id);
   return vocab;
+}
+
+// vocab.json of `tok`.
+inline nlohmann::ordered_json vocab_json(const data::BpeTokenizer& tok) {
+  return vocab_json(tok.vocabulary_size(), [&](std::int32_t id) { return tok.token(id); });
 }
 
 // A tokenizer.json of a BPE model, in the order and with the defaults Hugging Face tokenizers
@@ -398,10 +412,7 @@ inline std::string bpe_tokenizer_json(const data::BpeTokenizer& tok) {
 // holds a space or newline (merges.txt cannot say it).
 inline void save_bpe(const data::BpeTokenizer& tok, const std::filesystem::path& dir) {
   namespace d = detail::bpe;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw io_error("save_bpe: cannot create the folder '" + dir.string() + "': " + ec.message());
+  d::make_folder(dir, "save_bpe");
   std::string merges_txt = "#version: 0.2\n";
   for (const auto& [l, r] : tok.merges()) {
     const std::string& a = tok.token(l);

@@ -36,14 +36,6 @@ inline void write_tokenizer_config(const std::filesystem::path& dir,
   write_file_atomically(dir / "tokenizer_config.json", c.dump(2) + "\n");
 }
 
-inline void make_directory(const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw io_error("hf::save_tokenizer: cannot create the folder '" + dir.string() +
-                   "': " + ec.message());
-}
-
 }  // namespace detail
 
 // Writes byte-level BPE `tok` into `dir` (created when missing): vocab.json, merges.txt and
@@ -52,8 +44,7 @@ inline void make_directory(const std::filesystem::path& dir) {
 // file cannot be written.
 inline void save_tokenizer(const std::filesystem::path& dir, const data::BpeTokenizer& tok,
                            std::int64_t model_max_length) {
-  detail::make_directory(dir);
-  save_bpe(tok, dir);
+  save_bpe(tok, dir);  // makes the folder
   detail::write_tokenizer_config(dir, model_max_length);
 }
 
@@ -64,15 +55,15 @@ inline void save_tokenizer(const std::filesystem::path& dir, const data::BpeToke
 // spaces. A character outside the vocabulary is dropped by tokenizers where attn's encode throws.
 inline void save_tokenizer(const std::filesystem::path& dir, const data::CharTokenizer& tok,
                            std::int64_t model_max_length) {
-  detail::make_directory(dir);
-  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  for (std::int32_t id = 0; id < tok.size(); ++id) {
+  namespace d = io::detail::bpe;
+  d::make_folder(dir, "hf::save_tokenizer");
+  nlohmann::ordered_json vocab = d::vocab_json(tok.size(), [&](std::int32_t id) {
     const std::int32_t ids[1] = {id};
-    vocab[tok.decode(ids)] = id;
-  }
+    return tok.decode(ids);
+  });
   const nlohmann::ordered_json j =
-      io::detail::bpe::document(nlohmann::ordered_json::array(), nullptr, {{"type", "Fuse"}},
-                                std::move(vocab), nlohmann::ordered_json::array(), false);
+      d::document(nlohmann::ordered_json::array(), nullptr, {{"type", "Fuse"}}, std::move(vocab),
+                  nlohmann::ordered_json::array(), false);
   write_file_atomically(dir / "tokenizer.json", j.dump(2));
   detail::write_tokenizer_config(dir, model_max_length);
 }
