@@ -1,5 +1,5 @@
 // benchmarks/gpt_options.hpp: the command-line options bench_train_step and bench_generate share
-// (CLI11): the GPT configuration by name, the thread count, and attn::gemm's backend.
+// (CLI11): the GPT configuration by name, the thread count, attn::gemm's backend and precision.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -38,6 +38,20 @@ inline CLI::Option* add_gemm_option(CLI::App& app, std::string& gemm,
   return app.add_option("--gemm", gemm, "attn::gemm's backend")
       ->check(CLI::IsMember(choices))
       ->capture_default_str();
+}
+
+// --precision of attn's float products: float32, or bf16 (where the CPU has AVX512_BF16; else
+// float32, which the output names).
+inline CLI::Option* add_precision_option(CLI::App& app, std::string& precision) {
+  return app.add_option("--precision", precision, "attn's matrix products: float32 or bf16")
+      ->check(CLI::IsMember({"float32", "bf16"}))
+      ->capture_default_str();
+}
+
+// Applies --precision.
+inline void set_precision(const std::string& precision) {
+  attn::set_matmul_precision(precision == "bf16" ? attn::MatmulPrecision::bf16
+                                                 : attn::MatmulPrecision::float32);
 }
 
 }  // namespace bench

@@ -9,6 +9,7 @@
 //   build/release/benchmarks/bench_train_step --config A --threads 1 --gemm compare --steps 4
 //   build/release/benchmarks/bench_train_step --config A --gemm-shapes
 //   build/release/benchmarks/bench_train_step --config A --dropout 0.1
+//   build/release/benchmarks/bench_train_step --config A --precision bf16
 //
 // --gemm picks attn::gemm's backend (auto: the library's default; eigen; openblas); compare
 // alternates the two, a few steps each, in one process, and reports both (for A/B figures on a
@@ -17,7 +18,8 @@
 // --gemm-shapes instead times attn::gemm alone on the configuration's GEMM shapes (one thread,
 // CPU time of the calling thread, backends interleaved) and exits. --dropout P trains with dropout
 // P on the embeddings, the residual branches and the attention weights (A and B have none; the
-// birth-place trainer's model, close to A, uses 0.1).
+// birth-place trainer's model, close to A, uses 0.1). --precision bf16 computes attn::gemm's
+// products from bf16 operands (MatmulPrecision::bf16; the SGEMM rate printed is then the bf16 one).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -130,7 +132,7 @@ double sgemm_gflops(index_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string which = "A", gemm = "auto";
+  std::string which = "A", gemm = "auto", precision = "float32";
   int threads = 2, steps = 10;
   double dropout = 0.0;
   bool shapes = false;
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   bench::add_gemm_option(app, gemm, {"compare"});
+  bench::add_precision_option(app, precision);
   app.add_flag("--gemm-shapes", shapes, "time attn::gemm alone on the configuration's shapes");
   app.add_option("--dropout", dropout, "dropout while training (embeddings, residuals, weights)")
       ->check(CLI::Range(0.0, 0.95))
@@ -148,6 +151,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const Config* cfg = bench::find_gpt_shape(which.c_str());
   attn::set_num_threads(threads);
+  bench::set_precision(precision);
   // The backends to time, in turn.
   std::vector<attn::GemmBackend> backends{attn::gemm_backend()};
   if (gemm == "eigen") backends = {attn::GemmBackend::eigen};
@@ -231,11 +235,11 @@ int main(int argc, char** argv) {
   const bool have_load = getloadavg(load, 3) == 3;
   std::printf(
       "config %s (vocab %lld, %lld layers, %lld heads, %lld embd, block %lld, batch %lld, "
-      "dropout %g), %d threads, %d steps; load average %.2f\n"
+      "dropout %g), %d threads, %d steps, products %s; load average %.2f\n"
       "  loss %.4f | peak RSS %.2f GiB\n",
       cfg->name, (long long)cfg->vocab, (long long)cfg->layers, (long long)cfg->heads,
       (long long)cfg->embd, (long long)cfg->block, (long long)cfg->batch, dropout, threads, steps,
-      have_load ? load[0] : -1.0, loss, peak_gib);
+      attn::matmul_precision_name().c_str(), have_load ? load[0] : -1.0, loss, peak_gib);
   for (std::size_t b = 0; b < backends.size(); ++b) {
     attn::set_gemm_backend(backends[b]);
     const double model_gflops = flops_per_token * tokens / wall[b] / 1e9;

@@ -4,7 +4,7 @@
 # running at -O1 (Zen 3: core 44 s run at -O0 against 20 s compile + 11 s run at -O1; attention 87
 # against 100 + 11 and the online softmax 67 against 70 + 8 are close, and unoptimised their runs
 # would lengthen the asan pass's wall-clock tail).
-attn_add_test(core core/test_shape.cpp core/test_tensor.cpp core/test_rng.cpp core/test_gemm.cpp core/test_fast_math.cpp core/test_float_env.cpp
+attn_add_test(core core/test_shape.cpp core/test_tensor.cpp core/test_rng.cpp core/test_gemm.cpp core/test_gemm_bf16.cpp core/test_fast_math.cpp core/test_float_env.cpp
               RUN_HEAVY)
 attn_add_test(autodiff autodiff/test_expression.cpp autodiff/test_ops.cpp autodiff/test_tape.cpp
               autodiff/test_gradients.cpp autodiff/test_training.cpp)

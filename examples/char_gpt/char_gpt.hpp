@@ -40,6 +40,7 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   int threads = 2;
   std::string denormals = "flush";
+  std::string precision = "float32";  // of the matrix products: float32 or bf16
   std::int64_t eval_every = 100, eval_batches = 8;
   std::string out = "runs/char_gpt";
   bool overwrite = false;
@@ -127,6 +128,11 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
          "gradual underflow (attn/core/float_env.hpp)")
       .choices({"flush", "keep"})
       .on_resume(may_change);
+  s.text("precision", t.precision,
+         "matrix products: float32, or bf16 (operands rounded to bfloat16, sums in float; on CPUs "
+         "with AVX512_BF16, elsewhere float32; attn/core/gemm.hpp)")
+      .choices({"float32", "bf16"})
+      .on_resume(may_change);
   // This session's.
   s.integer("threads", t.threads, "OpenMP threads").range(1, 256).on_resume(not_saved);
   s.text("out", t.out,
@@ -156,7 +162,8 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   // Checkpoints written before a setting existed.
   s.fallback_when_missing("data");
   s.fallback_when_missing("denormals", "keep");
-  s.fallback_when_missing("shards", "1");  // before data parallelism, one shard
+  s.fallback_when_missing("shards", "1");
+  s.fallback_when_missing("precision", "float32");  // before data parallelism, one shard
 }
 
 struct SampleOptions {

@@ -129,6 +129,8 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
   const attn::train::StopRequest stop;
   attn::set_num_threads(o.threads);
   attn::set_denormals(attn::parse_denormals(o.denormals));
+  attn::set_matmul_precision(o.precision == "bf16" ? attn::MatmulPrecision::bf16
+                                                   : attn::MatmulPrecision::float32);
 
   // ---- where the run comes from, and where it goes: everything checked before the first step
   io::Safetensors resumed;
@@ -293,10 +295,14 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     std::printf(
         "char_gpt: %s attention, %lld layers, %lld heads, %lld embd, block %lld, vocab %d (%s)\n"
         "          %lld parameters (%lld in attention), %lld training tokens, %d threads\n"
-        "          memory: %s\n",
+        "          products: %s%s; memory: %s\n",
         o.attention.c_str(), (long long)config.layers, (long long)config.heads,
         (long long)config.d_model, (long long)block, tok.size(), tok.kind(), (long long)n_params,
         (long long)n_attn, (long long)batches.size(attn::data::Split::train), o.threads,
+        attn::matmul_precision_name().c_str(),
+        o.precision == "bf16" && attn::matmul_precision() != attn::MatmulPrecision::bf16
+            ? " (bf16 requested: this CPU has no AVX512_BF16)"
+            : "",
         memory.c_str());
   if (dp.leader() && dp.ranks() > 1)
     std::printf("          data parallel: %d ranks, %lld shards per step\n", dp.ranks(),

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "error.hpp"
+#include "gemm_bf16.hpp"
 #include "parallel.hpp"
 #include "tensor.hpp"
 
@@ -19,7 +21,6 @@
 #include <cblas.h>
 
 #include <cstring>
-#include <type_traits>
 #endif
 
 namespace attn {
@@ -87,6 +88,40 @@ inline void set_gemm_backend(GemmBackend b) {
   detail::gemm_backend_state().store(b, std::memory_order_relaxed);
 }
 
+// How float products are computed. float32: in float (the default). bf16: both operands rounded to
+// bfloat16, each product exact, the sums in float (core/gemm_bf16.hpp), on CPUs with AVX512_BF16
+// (Zen 4, Zen 5, Intel Cooper Lake and Sapphire Rapids on): twice the multiply rate of float, at
+// the accuracy of PyTorch's CPU bf16 autocast. Elsewhere bf16 falls back to float32. Applies to
+// every float product gemm and gemm_serial do except vector ones (m or n = 1, which are limited by
+// memory, not by multiplies); double products are always double.
+enum class MatmulPrecision { float32, bf16 };
+
+namespace detail {
+inline std::atomic<MatmulPrecision>& matmul_precision_state() {
+  static std::atomic<MatmulPrecision> precision{MatmulPrecision::float32};
+  return precision;
+}
+}  // namespace detail
+
+// Requests the precision of float products (see MatmulPrecision). Call it outside parallel
+// regions; products already running are not affected.
+inline void set_matmul_precision(MatmulPrecision p) {
+  detail::matmul_precision_state().store(p, std::memory_order_relaxed);
+}
+
+// The precision float products use now: bf16 only when requested and this CPU has AVX512_BF16.
+inline MatmulPrecision matmul_precision() {
+  const MatmulPrecision requested =
+      detail::matmul_precision_state().load(std::memory_order_relaxed);
+  return requested == MatmulPrecision::bf16 && cpu_has_avx512_bf16() ? MatmulPrecision::bf16
+                                                                     : MatmulPrecision::float32;
+}
+
+// "float32" or "bf16 (AVX512_BF16)": for benchmark and trainer output.
+inline std::string matmul_precision_name(MatmulPrecision p = matmul_precision()) {
+  return p == MatmulPrecision::bf16 ? "bf16 (AVX512_BF16)" : "float32";
+}
+
 // "Eigen 3.4.0", or "OpenBLAS 0.3.21 (Cooperlake kernels)": for benchmark output.
 inline std::string gemm_backend_name(GemmBackend b = gemm_backend()) {
 #ifdef ATTN_USE_OPENBLAS
@@ -118,9 +153,18 @@ namespace detail {
 // as a GEMV: OpenBLAS 0.3.21 sends it through its whole GEMM driver, packing both operands (only
 // its AVX-512 kernels have a small-matrix path), which made cached generation 2.4x slower with its
 // AVX2 (Zen) kernels; measured in docs/performance.md.
+// Under MatmulPrecision::bf16 a float product (not a vector one) runs the bf16 kernel instead.
 template <class T>
 void strided_gemm(const T* a, bool ta, index_t lda, const T* b, bool tb, index_t ldb, T* c,
                   index_t ldc, index_t m, index_t n, index_t k, bool accumulate) {
+#ifdef ATTN_HAVE_BF16_GEMM
+  if constexpr (std::is_same_v<T, float>) {
+    if (m > 1 && n > 1 && k > 0 && matmul_precision() == MatmulPrecision::bf16) {
+      bf16_gemm::strided_gemm(a, ta, lda, b, tb, ldb, c, ldc, m, n, k, accumulate);
+      return;
+    }
+  }
+#endif
 #ifdef ATTN_USE_OPENBLAS
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (gemm_backend() == GemmBackend::openblas && m > 1 && n > 1) {
