@@ -33,6 +33,13 @@
 // The kernel is compiled for AVX512_BF16 whatever the -march, and run only where the CPU says it
 // has it: one binary serves a Zen 3 (float path) and a Zen 4 (bf16 path).
 #define ATTN_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// The micro-kernel's accumulators stay in registers only when its loops are unrolled completely.
+// nvcc's front end rejects GCC's pragma; there the host compiler's own unrolling has to do.
+#if defined(__NVCC__)
+#define ATTN_BF16_UNROLL
+#else
+#define ATTN_BF16_UNROLL _Pragma("GCC unroll 8")
+#endif
 #endif
 
 namespace attn {
@@ -162,29 +169,29 @@ ATTN_TARGET_AVX512_BF16 void kernel(index_t kp, const std::uint32_t* a, index_t 
                                     const std::uint32_t* b, float* c, index_t ldc, bool accumulate,
                                     __mmask16 last) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = v == NV - 1 ? last : __mmask16(0xffff);
       acc[r][v] = accumulate ? _mm512_maskz_loadu_ps(m, c + r * ldc + v * 16) : _mm512_setzero_ps();
     }
   for (index_t p = 0; p < kp; ++p) {
     __m512bh bv[NV];
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
     for (int v = 0; v < NV; ++v)
       bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * nr + v * 16));
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
     for (int r = 0; r < MR; ++r) {
       const __m512bh x =
           reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[r * ars + p * aps])));
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], x, bv[v]);
     }
   }
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
   for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
+ATTN_BF16_UNROLL
     for (int v = 0; v < NV; ++v)
       _mm512_mask_storeu_ps(c + r * ldc + v * 16, v == NV - 1 ? last : __mmask16(0xffff),
                             acc[r][v]);
