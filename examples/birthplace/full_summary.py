@@ -74,16 +74,18 @@ def loss_points(log: Path):
     return points
 
 
-def gnuplot(dest: Path, name: str, tmp: str, xlabel: str, ylabel: str, key: str, plots):
-    """Draws `plots` (gnuplot plot clauses) over epochs 0-660 into DEST/NAME, atomically."""
+def gnuplot(dest: Path, name: str, tmp: str, xlabel: str, ylabel: str, key: str, plots,
+            xrange="0:660", yrange="0:*"):
+    """Draws `plots` (gnuplot plot clauses) into DEST/NAME, atomically (epochs 0-660 unless
+    told)."""
     script = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
 set output "{tmp}/{name}"
 set xlabel "{xlabel}"
 set ylabel "{ylabel}"
 set key {key}
 set grid
-set xrange [0:660]
-set yrange [0:*]
+set xrange [{xrange}]
+set yrange [{yrange}]
 plot {", ".join(plots)}
 """
     try:

@@ -84,6 +84,9 @@ struct Options {
   // The run, with the problem set's hyper-parameters for pretraining (stage_options: finetuning).
   double epochs = 650, budget_minutes = 0, lr = 6e-3;
   std::string schedule = "mingpt";
+  // attn's choices where the problem set's code (minGPT of 2020) does otherwise; "mingpt" and
+  // "sequential" are that code's (docs/experiments/birthplace.md lists each).
+  std::string init = "gpt2", decay_rule = "matrices", order = "shuffled";
   index_t batch = 128, micro_batch = 0, shards = 0;
   std::int64_t warmup_tokens = 512 * 20;
   double grad_clip = 1.0, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95;
@@ -131,6 +134,12 @@ void declare_model(Settings& s, Options& o) {
   s.integer("block", o.block, "context length (new models)").range(8, 8192).on_resume(not_saved);
   s.real("dropout", o.dropout, "dropout of embeddings, residuals, attention")
       .range(0, 0.95)
+      .on_resume(not_saved);
+  s.text("init", o.init,
+         "gpt2: weights N(0, 0.02^2), the residual projections 0.02/sqrt(2 layers), the position "
+         "table like the token table; mingpt: the problem set's code, every weight N(0, 0.02^2) "
+         "and the position table zero (new models)")
+      .choices({"gpt2", "mingpt"})
       .on_resume(not_saved);
 }
 
@@ -200,7 +209,15 @@ void declare_stage(Settings& s, Options& o, Stage stage) {
       .choices({"mingpt", "single"});
   s.integer("warmup-tokens", o.warmup_tokens, "linear warmup over this many tokens")
       .range(0, 0x1p50);
-  s.real("weight-decay", o.weight_decay, "AdamW decoupled weight decay (matrices)").range(0, 10);
+  s.real("weight-decay", o.weight_decay, "AdamW decoupled weight decay").range(0, 10);
+  s.text("decay-rule", o.decay_rule,
+         "which parameters decay: matrices (nanoGPT's rule: not biases or LayerNorm gains) or "
+         "mingpt (the problem set's code: every parameter but the biases)")
+      .choices({"matrices", "mingpt"});
+  s.text("order", o.order,
+         "shuffled: a new seeded order of the examples every epoch; sequential: the data's own "
+         "order every epoch (the problem set's code)")
+      .choices({"shuffled", "sequential"});
   s.real("beta1", o.beta1, "AdamW beta1").range(0, 0.999999);
   s.real("beta2", o.beta2, "AdamW beta2").range(0, 0.999999);
   s.real("grad-clip", o.grad_clip, "global gradient-norm clip").range(0, 1e9, true);
@@ -218,6 +235,8 @@ void declare_stage(Settings& s, Options& o, Stage stage) {
   s.fallback_when_missing("schedule");
   s.fallback_when_missing("denormals", "keep");
   s.fallback_when_missing("shards", "1");  // before data parallelism, one shard
+  s.fallback_when_missing("decay-rule", "matrices");
+  s.fallback_when_missing("order", "shuffled");
 }
 
 // evaluate's and london's: where the questions and the predictions are.
@@ -378,9 +397,16 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
                attn::value_error, "birthplace: ", source, " holds a ", variant, " model, not ",
                o.variant);
   }
-  const nn::GPTConfig config =
-      examples::run_config(saved_model, source, resuming, settings,
-                           {tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed});
+  const auto init_name = [](nn::InitScheme i) {
+    return i == nn::InitScheme::mingpt ? "mingpt" : i == nn::InitScheme::normal ? "gpt2" : "other";
+  };
+  nn::GPTConfig config = examples::run_config(
+      saved_model, source, resuming, settings,
+      {tok.size(), o.block, o.layers, o.heads, o.embd, o.dropout, o.seed},
+      saved_model ? std::map<std::string, std::string>{{"init", init_name(saved_model->init)}}
+                  : std::map<std::string, std::string>{});
+  if (!saved_model)
+    config.init = o.init == "mingpt" ? nn::InitScheme::mingpt : nn::InitScheme::normal;
   const index_t block = config.block_size;
 
   StageData examples_of;
@@ -394,6 +420,8 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   Model model(config, examples::attention_factory(variant));
   if (!source.empty()) io::get_parameters(source_file, model, source);
   auto params = optim::parameters_of<float>(model);
+  if (o.decay_rule == "mingpt")
+    for (auto& p : params) p.decay = optim::mingpt_decay(p.name, *p.param);
 
   // What one step keeps in memory, measured on this model, for the run's sequences per pass.
   std::string memory;
@@ -536,8 +564,13 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   const auto step = [&](std::int64_t s) {
     const std::int64_t epoch = s / spe;
     if (epoch != order_epoch) {
-      attn::Rng r(step_seed(o.seed, 3, epoch));
-      order = data::shuffled_indices(run.examples, r);
+      if (o.order == "sequential") {
+        order.resize(std::size_t(run.examples));
+        std::iota(order.begin(), order.end(), index_t{0});
+      } else {
+        attn::Rng r(step_seed(o.seed, 3, epoch));
+        order = data::shuffled_indices(run.examples, r);
+      }
       order_epoch = epoch;
     }
     const index_t first = index_t(s % spe) * o.batch;

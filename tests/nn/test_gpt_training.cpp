@@ -261,6 +261,10 @@ TEST_CASE("GPT checkpoint: save -> load gives identical logits; resume gives the
     CHECK(old.norm_eps == 1e-5);
     CHECK(old.feed_forward == nn::FeedForwardKind::gelu);
     CHECK(old.hidden == 0);
+    CHECK(old.init == nn::InitScheme::normal);
+    llama.init = nn::InitScheme::mingpt;
+    io::put_gpt_config(meta, llama);
+    CHECK(io::get_gpt_config(meta, "m").init == nn::InitScheme::mingpt);
     io::put_gpt_config(meta, llama);
     meta.metadata["config.feed_forward"] = "3";
     CHECK(attn::test::message_of<attn::io_error>([&] {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <attn/attn.hpp>
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -291,6 +293,35 @@ TEST_CASE("nn::GPT: parameter names and counts") {
   // Tied query/key: one projection fewer per block, a third of the attention's q/k/v weights.
   nn::GPT<TiedMha> tied(c);
   CHECK(nn::parameter_count(gpt) - nn::parameter_count(tied) == 8 * 8 + 8);
+}
+
+TEST_CASE("nn::GPT initialisations: GPT-2's scales the residual projections, minGPT's does not") {
+  // Two layers of width 64: 4096 weights per matrix estimate a standard deviation within ~2 %.
+  nn::GPTConfig c;
+  c.vocab_size = 50, c.block_size = 64, c.layers = 2, c.heads = 4, c.d_model = 64, c.seed = 3;
+  std::map<std::string, Tensor<double>> weights[2];
+  for (int k = 0; k < 2; ++k) {
+    c.init = k == 0 ? nn::InitScheme::normal : nn::InitScheme::mingpt;
+    nn::GPT<CausalMha> gpt(c);
+    gpt.for_each_parameter(
+        [&](const std::string& n, attn::Parameter<double>& p) { weights[k][n] = p.value; });
+  }
+  const auto sd = [](const Tensor<double>& t) {
+    double s = 0;
+    for (double v : t) s += v * v;
+    return std::sqrt(s / double(t.numel()));
+  };
+  for (const char* name : {"blocks.1.attn.out_proj.weight", "blocks.1.mlp.proj.weight"}) {
+    INFO(name);
+    CHECK(sd(weights[0][name]) == doctest::Approx(0.02 / 2).epsilon(0.04));  // 0.02 / √(2·2)
+    CHECK(sd(weights[1][name]) == doctest::Approx(0.02).epsilon(0.04));
+  }
+  for (const char* name : {"blocks.1.attn.q_proj.weight", "blocks.1.mlp.fc.weight"}) {
+    CHECK(sd(weights[0][name]) == doctest::Approx(0.02).epsilon(0.04));
+    CHECK(std::equal(weights[0][name].begin(), weights[0][name].end(), weights[1][name].begin()));
+  }
+  CHECK(sd(weights[0]["pos_emb.weight"]) == doctest::Approx(0.02).epsilon(0.04));
+  CHECK(sd(weights[1]["pos_emb.weight"]) == 0);  // minGPT's position table starts at zero
 }
 
 TEST_CASE("nn::GPT: decoding with the key/value cache equals the full forward pass") {

@@ -443,6 +443,18 @@ TEST_CASE("parameters_of collects a module's parameters with nanoGPT's decay rul
   CHECK(opt.parameters().size() == 4);
 }
 
+TEST_CASE("mingpt_decay: every name without \"bias\" decays, LayerNorm gains included") {
+  TinyBlock m;
+  auto params = attn::optim::parameters_of<double>(m);
+  for (auto& p : params) p.decay = attn::optim::mingpt_decay(p.name, *p.param);
+  REQUIRE(params.size() == 4);
+  CHECK(params[0].decay);        // embedding.weight
+  CHECK(params[1].decay);        // a linear weight
+  CHECK_FALSE(params[2].decay);  // its bias
+  CHECK(params[3].decay);        // blocks.0.ln.weight: unlike nanoGPT's rule
+  CHECK(attn::optim::mingpt_decay("blocks.0.ln1.bias", *params[2].param) == false);
+}
+
 // ---- checks -----------------------------------------------------------------------------------
 
 TEST_CASE("invalid configs and parameter lists throw value_error naming optimizer and field") {

@@ -324,6 +324,9 @@ TEST_CASE("nn::EncoderDecoder: gradients, padding, causality") {
   nn::Seq2SeqConfig bad = tiny_config();
   bad.decoder_layers = 0;
   CHECK_THROWS_AS(EncDec{bad}, attn::value_error);
+  bad = tiny_config();
+  bad.init = nn::InitScheme::mingpt;  // minGPT's scheme is a GPT's
+  CHECK_THROWS_WITH_AS(EncDec{bad}, doctest::Contains("InitScheme::mingpt"), attn::value_error);
 }
 
 // ---- positions

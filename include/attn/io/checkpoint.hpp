@@ -201,7 +201,7 @@ inline nn::GPTConfig get_gpt_config(const Safetensors& file, std::string_view so
   c.bias = flag("config.bias");
   c.pre_ln = flag("config.pre_ln");
   c.tie_weights = flag("config.tie_weights");
-  const std::int64_t pos = count("config.positions", 0, 2), init = count("config.init", 0, 1);
+  const std::int64_t pos = count("config.positions", 0, 2), init = count("config.init", 0, 2);
   c.positions = static_cast<nn::PositionEncoding>(pos);
   c.init = static_cast<nn::InitScheme>(init);
   c.seed = metadata_uint(file, "config.seed", source);

@@ -505,7 +505,8 @@ inline Config config_of(const nn::GPTConfig& m, Architecture a, double rope_thet
                " model needs ", what);
   };
   need(m.pre_ln, "pre-norm blocks (pre_ln)");
-  need(m.init == nn::InitScheme::normal, "unscaled embeddings (InitScheme::normal)");
+  need(m.init != nn::InitScheme::scaled_embedding,
+       "unscaled embeddings (InitScheme::normal or mingpt)");
   if (a == Architecture::gpt2) {
     need(m.norm == nn::NormKind::layer, "LayerNorm");
     need(m.feed_forward != nn::FeedForwardKind::swiglu, "a GELU MLP");

@@ -114,6 +114,8 @@ inline void check_seq2seq_config(const Seq2SeqConfig& c, bool decoder, const cha
   ATTN_CHECK(c.dropout >= 0 && c.dropout < 1, value_error, who, ": dropout ", c.dropout,
              " outside [0, 1)");
   ATTN_CHECK(c.init_std > 0, value_error, who, ": init_std must be positive, got ", c.init_std);
+  ATTN_CHECK(c.init != InitScheme::mingpt, value_error, who,
+             ": InitScheme::mingpt is minGPT's GPT initialisation, for nn::GPT only");
 }
 
 }  // namespace detail

@@ -31,6 +31,8 @@ enum class InitScheme {
   normal,  // every weight ~ N(0, 0.02²), residual projections 0.02/√(2·layers) (GPT-2)
   scaled_embedding,  // the same, and embeddings multiplied by √D (Takase et al. 2023, "Spike No
                      // More"), so the residual stream starts at unit scale
+  mingpt,  // minGPT of 2020 (the problem set's model): every weight ~ N(0, 0.02²), the residual
+           // projections too, and the learned position table starts at zero (nn::GPT only)
 };
 
 struct GPTConfig {
@@ -214,11 +216,14 @@ class GPT {
                ") must be >= 0 and norm_eps (", c.norm_eps, ") positive");
     Rng rng(c.seed);
     tok_emb = Embedding<T>(c.vocab_size, c.d_model, c.init_std, rng);
-    if (c.positions == PositionEncoding::learned)
+    if (c.positions == PositionEncoding::learned) {
       pos_emb = Embedding<T>(c.block_size, c.d_model, c.init_std, rng);
+      if (c.init == InitScheme::mingpt) pos_emb.weight.value.fill(T(0));
+    }
     if (c.positions == PositionEncoding::sinusoidal)
       sinusoid_ = sinusoidal_positions<T>(c.block_size, c.d_model);
-    const double proj_std = c.init_std / std::sqrt(2.0 * double(c.layers));
+    const double proj_std =
+        c.init == InitScheme::mingpt ? c.init_std : c.init_std / std::sqrt(2.0 * double(c.layers));
     blocks.reserve(static_cast<std::size_t>(c.layers));
     for (index_t l = 0; l < c.layers; ++l) {
       MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,

@@ -41,6 +41,16 @@ bool default_decay(const std::string& name, const Parameter<T>& p) {
   return p.value.rank() >= 2;
 }
 
+// minGPT's rule as the problem set's trainer (2020) applies it: weight decay on every parameter
+// whose name does not contain "bias". That trainer also exempts names containing
+// "LayerNorm.weight", which none of its modules' names (ln1, ln2, ln_f) do, so its LayerNorm
+// gains decay, unlike default_decay's.
+template <std::floating_point T>
+bool mingpt_decay(const std::string& name, const Parameter<T>& p) {
+  (void)p;
+  return name.find("bias") == std::string::npos;
+}
+
 namespace detail {
 
 // Stands in for the callable a module's for_each_parameter receives, to state the concept.
