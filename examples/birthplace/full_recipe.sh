@@ -30,7 +30,11 @@
 # or not: the study then halves the speed of everything else. So the script lowers its own group's
 # priority (/proc/self/autogroup) to nice 19: it takes only what the other programs leave.
 #
-# Variables: OUT (runs/birthplace_full), KEEP (studies/birthplace_full), VARIANTS ("vanilla synthesizer"), SEED (1), THREADS (2),
+# Variables: RECIPE (attn: attn's defaults; course: the problem set's code where attn chooses
+# otherwise, --init mingpt --decay-rule mingpt --order sequential, in every pretraining and
+# finetuning run; a study keeps the recipe it began with, in OUT/recipe.txt), OUT
+# (runs/birthplace_full, runs/birthplace_course for RECIPE=course), KEEP (studies/birthplace_full,
+# studies/birthplace_course), VARIANTS ("vanilla synthesizer"), SEED (1), THREADS (2),
 # MICRO (--micro-batch, 32), READOUTS (pretraining epochs to finetune and evaluate, "100 200 400
 # 650"; the last must be EPOCHS), EPOCHS (650), FINETUNE and FINETUNE_SCRATCH (finetuning epochs
 # after and without pretraining, 10 and 75), BIN (the program to use for a new study). A quick
@@ -46,8 +50,13 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-OUT=${OUT:-runs/birthplace_full}
-KEEP=${KEEP:-studies/birthplace_full}
+RECIPE=${RECIPE:-attn}
+case $RECIPE in
+  attn) RECIPE_OPTIONS=() && OUT=${OUT:-runs/birthplace_full} && KEEP=${KEEP:-studies/birthplace_full} ;;
+  course) RECIPE_OPTIONS=(--init mingpt --decay-rule mingpt --order sequential) &&
+    OUT=${OUT:-runs/birthplace_course} && KEEP=${KEEP:-studies/birthplace_course} ;;
+  *) echo "full_recipe.sh: RECIPE must be attn or course, not '$RECIPE'" >&2 && exit 1 ;;
+esac
 VARIANTS=${VARIANTS:-"vanilla synthesizer"}
 SEED=${SEED:-1}
 THREADS=${THREADS:-2}
@@ -105,6 +114,12 @@ if [[ -w /proc/self/autogroup ]]; then echo 19 > /proc/self/autogroup || true; f
 exec 9>>"$OUT/lock"
 flock -n 9 || die "$OUT is in use by another full_recipe.sh (its lock is $OUT/lock)"
 
+# A study keeps its recipe (a study from before RECIPE existed is attn's).
+[[ -f $OUT/recipe.txt || ! -f $OUT/binary.txt ]] || echo attn >"$OUT/recipe.txt"
+[[ -f $OUT/recipe.txt ]] || echo "$RECIPE" >"$OUT/recipe.txt"
+[[ $(<"$OUT/recipe.txt") == "$RECIPE" ]] ||
+  die "$OUT is a study of RECIPE=$(<"$OUT/recipe.txt"), not $RECIPE: give that RECIPE, or another OUT"
+
 # ---- what a lost machine took: restored from KEEP, never over a file OUT has
 if [[ -d $KEEP ]]; then
   for f in "$KEEP"/*; do
@@ -158,7 +173,7 @@ if [[ ! -f $OUT/binary.txt ]]; then
 fi
 read -r BIN sum <"$OUT/binary.txt"
 [[ $(sha256sum "$BIN" | cut -d' ' -f1) == "$sum" ]] || die "$BIN differs from the one recorded in $OUT/binary.txt"
-echo "== $(date -u +%FT%TZ) full_recipe.sh: $BIN, variants $VARIANTS, seed $SEED, $THREADS threads"
+echo "== $(date -u +%FT%TZ) full_recipe.sh: $BIN, recipe $RECIPE, variants $VARIANTS, seed $SEED, $THREADS threads"
 
 # ---- the London baseline (once)
 if [[ ! -f $OUT/london.txt ]]; then
@@ -194,8 +209,8 @@ finetune() {
   if [[ -f $ft ]]; then
     "$BIN" finetune --resume "$ft" --threads "$THREADS" >>"$ft.txt" 2>&1
   else
-    "$BIN" finetune "$@" --seed "$SEED" --epochs "$epochs" --micro-batch "$MICRO" \
-      --threads "$THREADS" --writing-params "$ft" --overwrite >"$ft.txt" 2>&1
+    "$BIN" finetune "$@" "${RECIPE_OPTIONS[@]}" --seed "$SEED" --epochs "$epochs" \
+      --micro-batch "$MICRO" --threads "$THREADS" --writing-params "$ft" --overwrite >"$ft.txt" 2>&1
   fi
   touch "$ft.done"
 }
@@ -210,8 +225,9 @@ for variant in $VARIANTS; do
       stop=$((steps_per_epoch * e))
       echo "== $(date -u +%FT%TZ) $variant: pretraining to epoch $e (step $stop)"
       if [[ ! -f $pre ]]; then  # --overwrite: at most the log of a run cut short before its first save
-        "$BIN" pretrain --variant "$variant" --seed "$SEED" --epochs "$EPOCHS" --micro-batch "$MICRO" \
-          --threads "$THREADS" --stop-at "$stop" --writing-params "$pre" --overwrite >"$pre.txt" 2>&1
+        "$BIN" pretrain --variant "$variant" "${RECIPE_OPTIONS[@]}" --seed "$SEED" --epochs "$EPOCHS" \
+          --micro-batch "$MICRO" --threads "$THREADS" --stop-at "$stop" --writing-params "$pre" \
+          --overwrite >"$pre.txt" 2>&1
       elif [[ $(meta "$pre" train.step) != "$stop" ]]; then
         "$BIN" pretrain --resume "$pre" --stop-at "$stop" --threads "$THREADS" >>"$pre.txt" 2>&1
       fi
