@@ -44,6 +44,8 @@ inline constexpr AttentionName attention_registry[] = {
     {"rotary-halves",
      "rotary positions in GPT-NeoX's and Llama's half-split layout (Llama's attention; "
      "--positions none)"},
+    {"euclidean-scaled",
+     "negative squared Euclidean distance at the scaled dot's temperature -|q-k|^2/sqrt(d)"},
 };
 
 // Another name of a registry entry.

@@ -23,6 +23,8 @@ using Standard = attn::nn::CausalSelfAttention;
 using Symmetric = CausalMha<attn::score::ScaledDot, attn::kernel::Softmax, attn::projection::Tied>;
 using Euclidean =
     CausalMha<attn::score::NegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;
+using ScaledEuclidean =
+    CausalMha<attn::score::ScaledNegSqEuclidean, attn::kernel::Softmax, attn::projection::Separate>;
 using Poly2 =
     CausalMha<attn::score::ScaledDot, attn::kernel::Polynomial<2>, attn::projection::Separate>;
 using Linear =
@@ -77,7 +79,7 @@ using AttentionTypes =
     std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer, Rotary, Alibi, Cosine,
                Bilinear, Additive, Linformer<32>, WithConfig<Standard, with_sinks>,
                WithConfig<Standard, with_t5_bias>, WithConfig<Standard, with_learned_alibi>,
-               RotaryHalves>;
+               RotaryHalves, ScaledEuclidean>;
 static_assert(std::tuple_size_v<AttentionTypes> == std::size(attention_registry),
               "every attention name needs its type, in the registry's order");
 

@@ -41,8 +41,8 @@ namespace analysis = attn::analysis;
 using attn::index_t;
 using attn::Tensor;
 
-// The two attention variants of the study, as char_gpt builds them (its --attention standard and
-// euclidean).
+// The attention variants of the study, as char_gpt builds them (its --attention standard,
+// euclidean and euclidean-scaled; the last one's probe sees q and k divided by d_h^{1/4}).
 template <class Score>
 using Mha = attn::MultiHeadAttention<Score, attn::kernel::Softmax, attn::mask::Causal,
                                      attn::Heads<attn::dynamic>, attn::projection::Separate, float>;
@@ -221,9 +221,12 @@ int run(const Options& o) {
       results.push_back(analyse<attn::score::ScaledDot>(o, name, file, path, text, rows));
     else if (attention == "euclidean")
       results.push_back(analyse<attn::score::NegSqEuclidean>(o, name, file, path, text, rows));
+    else if (attention == "euclidean-scaled")
+      results.push_back(
+          analyse<attn::score::ScaledNegSqEuclidean>(o, name, file, path, text, rows));
     else
       throw attn::value_error("stolen_attention: " + path + " uses --attention " + attention +
-                              "; only standard and euclidean are analysed");
+                              "; only standard, euclidean and euclidean-scaled are analysed");
     const ModelResult& r = results.back();
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -323,7 +326,8 @@ int main(int argc, char** argv) {
       .at_least(1);
   examples::add_settings(app, settings);
   app.get_option("--data")->check(CLI::ExistingFile);
-  app.add_option("models", o.models, "name=checkpoint.safetensors (char_gpt, standard/euclidean)")
+  app.add_option("models", o.models,
+                 "name=checkpoint.safetensors (char_gpt, standard/euclidean/euclidean-scaled)")
       ->required();
   return examples::run_main(app, argc, argv, [&] { return run(o); });
 }

@@ -8,8 +8,10 @@ RUNS/analysis/summary.csv already covers them), and writes into DEST:
   sweep_runs.csv     one row per model: final and best validation loss, and per context L the
                      share of keys that are hull vertices and the queries an interior key won
   sweep_summary.csv  per score and d_h: mean and sample standard deviation over the seeds
-  sweep_gap.csv      per d_h: dot-product minus Euclidean final validation loss, paired by seed
-                     (same initial weights and data order), with its mean and standard deviation
+  sweep_gap.csv      per comparison and d_h: the first score's final validation loss minus the
+                     second's, paired by seed (same initial weights and data order), with its
+                     mean and standard deviation (dot - euclid, dot - euclid_scaled,
+                     euclid_scaled - euclid)
   sweep_val_loss.svg, sweep_vertex_proportion.svg (gnuplot)
 
 and prints the tables as Markdown. Standard library only; the plots need gnuplot.
@@ -31,7 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 from studies import mean_sd, replace_file, write_csv  # noqa: E402
 
-RUN_NAME = re.compile(r"^(dot|euclid)_dh(\d+)-s(\d+)$")
+RUN_NAME = re.compile(r"^(dot|euclid|euclid_scaled)_dh(\d+)-s(\d+)$")
+# The scores in the order of the tables, with their plot labels and colours.
+SCORES = {"dot": ("scaled dot product", "#1f77b4"),
+          "euclid": ("negative squared Euclidean", "#d62728"),
+          "euclid_scaled": ("negative squared Euclidean / sqrt(d_h)", "#2ca02c")}
+# The paired differences reported (first minus second; positive: the second is lower).
+COMPARISONS = (("dot", "euclid"), ("dot", "euclid_scaled"), ("euclid_scaled", "euclid"))
 SEQUENCES = 128  # held-out windows per model in the analysis
 CONTEXTS = (8, 16, 32, 64, 128)
 
@@ -87,12 +95,19 @@ def fmt(x, digits=4):
 def plot(dest: Path, summary):
     """Two SVGs: final validation loss and the vertex share at L = 128 against d_h."""
     with tempfile.TemporaryDirectory() as tmp:
-        for score in ("dot", "euclid"):
+        present = [score for score in SCORES if any(s["score"] == score for s in summary)]
+        for score in present:
             with open(Path(tmp) / f"{score}.dat", "w") as f:
                 for s in summary:
                     if s["score"] == score:
                         f.write(f"{s['d_h']} {s['val_mean']} {s['val_sd']} "
                                 f"{s['vertex'][128][0]} {s['vertex'][128][1]}\n")
+
+        def lines(columns):
+            return ", ".join(f'"{tmp}/{score}.dat" using {columns} with yerrorlines lw 2 '
+                             f'lc rgb "{SCORES[score][1]}" title "{SCORES[score][0]}"'
+                             for score in present)
+
         common = f"""set terminal svg size 720,440 font "sans,12" background rgb "white" noenhanced
 set logscale x 2
 set xrange [1.5:90]
@@ -104,15 +119,13 @@ set grid
         script = common + f"""set output "{tmp}/val.svg"
 set title "final validation loss, mean ± sd over seeds"
 set ylabel "validation loss (nats per character)"
-plot "{tmp}/dot.dat" using 1:2:3 with yerrorlines lw 2 lc rgb "#1f77b4" title "scaled dot product", \\
-     "{tmp}/euclid.dat" using 1:2:3 with yerrorlines lw 2 lc rgb "#d62728" title "negative squared Euclidean"
+plot {lines("1:2:3")}
 set output "{tmp}/vertex.svg"
 set title "share of the 128 keys a query sees that are hull vertices, mean ± sd over seeds"
 set ylabel "vertex share at context 128"
 set yrange [0:1.05]
 set key bottom right
-plot "{tmp}/dot.dat" using 1:4:5 with yerrorlines lw 2 lc rgb "#1f77b4" title "scaled dot product", \\
-     "{tmp}/euclid.dat" using 1:4:5 with yerrorlines lw 2 lc rgb "#d62728" title "negative squared Euclidean"
+plot {lines("1:4:5")}
 """
         subprocess.run(["gnuplot"], input=script, text=True, check=True)
         for src, name in (("val.svg", "sweep_val_loss.svg"),
@@ -145,7 +158,7 @@ def main():
                for m in sorted(models, key=lambda m: (m["score"], -m["d_h"], m["seed"]))])
 
     summary = []
-    for score in ("dot", "euclid"):
+    for score in SCORES:
         for dh in sorted({m["d_h"] for m in models}, reverse=True):
             group = [m for m in models if m["score"] == score and m["d_h"] == dh]
             if not group:
@@ -173,20 +186,22 @@ def main():
     write_csv(dest / "sweep_summary.csv", header, rows)
 
     gaps = []
-    for dh in sorted({m["d_h"] for m in models}, reverse=True):
-        pairs = {}
-        for m in models:
-            if m["d_h"] == dh:
-                pairs.setdefault(m["seed"], {})[m["score"]] = m["final_val"]
-        per_seed = [(seed, p["dot"] - p["euclid"]) for seed, p in sorted(pairs.items())
-                    if "dot" in p and "euclid" in p]
-        if per_seed:
-            mean, sd = mean_sd(g for _, g in per_seed)
-            gaps.append([dh, len(per_seed), fmt(mean), fmt(sd),
-                         sum(g > 0 for _, g in per_seed),
-                         " ".join(f"{seed}:{g:+.4f}" for seed, g in per_seed)])
+    for first, second in COMPARISONS:
+        for dh in sorted({m["d_h"] for m in models}, reverse=True):
+            pairs = {}
+            for m in models:
+                if m["d_h"] == dh:
+                    pairs.setdefault(m["seed"], {})[m["score"]] = m["final_val"]
+            per_seed = [(seed, p[first] - p[second]) for seed, p in sorted(pairs.items())
+                        if first in p and second in p]
+            if per_seed:
+                mean, sd = mean_sd(g for _, g in per_seed)
+                gaps.append([f"{first}-{second}", dh, len(per_seed), fmt(mean), fmt(sd),
+                             sum(g > 0 for _, g in per_seed),
+                             " ".join(f"{seed}:{g:+.4f}" for seed, g in per_seed)])
     write_csv(dest / "sweep_gap.csv",
-              ["d_h", "seeds", "gap_mean", "gap_sd", "seeds_euclid_lower", "per_seed"], gaps)
+              ["comparison", "d_h", "seeds", "gap_mean", "gap_sd", "seeds_second_lower",
+               "per_seed"], gaps)
     plot(dest, summary)
 
     print("| score | d_h | heads | seeds | final val loss | vertex share, L = 32 | L = 128 |"
@@ -198,11 +213,11 @@ def main():
               f"{s['val_mean']:.4f} ± {s['val_sd']:.4f} | {v32[0]:.3f} ± {v32[1]:.3f} | "
               f"{v128[0]:.3f} ± {v128[1]:.3f} | {w[0]:.4f} ± {w[1]:.4f} |")
     print()
-    print("| d_h | dot − Euclidean (mean ± sd) | seeds with Euclidean lower | per seed |")
-    print("| --- | --- | --- | --- |")
-    for dh, n, mean, sd, lower, per_seed in gaps:
-        print(f"| {dh} | {mean} ± {sd} | {lower} of {n} | {per_seed} |")
-
+    print("| comparison | d_h | first − second (mean ± sd) | seeds with the second lower |"
+          " per seed |")
+    print("| --- | --- | --- | --- | --- |")
+    for comparison, dh, n, mean, sd, lower, per_seed in gaps:
+        print(f"| {comparison} | {dh} | {mean} ± {sd} | {lower} of {n} | {per_seed} |")
 
 if __name__ == "__main__":
     main()

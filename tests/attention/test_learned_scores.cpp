@@ -1,10 +1,11 @@
 // The scores MultiHeadAttention takes beyond the plain quadratic forms (module_scores.hpp:
-// Bilinear, Rotary, Cosine, Additive, Synthesizer) and the positional one the fused kernel adds
-// (score::Alibi), as the one module: each against a plain-loop reference of its formula (outputs
-// and weights), every gradient (projections, the score's own parameters, the input) against finite
-// differences in double, decoding with the cache against the full pass, grouped-query and tied
-// variants where valid, 1 and 2 threads bitwise. Also their ops (masked_softmax, additive_scores,
-// rotary_rotation, unit_rows), the cache's growth, errors, names, and tiny GPTs on each.
+// Bilinear, Rotary, Cosine, ScaledNegSqEuclidean, Additive, Synthesizer) and the positional one the
+// fused kernel adds (score::Alibi), as the one module: each against a plain-loop reference of its
+// formula (outputs and weights), every gradient (projections, the score's own parameters, the
+// input) against finite differences in double, decoding with the cache against the full pass,
+// grouped-query and tied variants where valid, 1 and 2 threads bitwise. Also their ops
+// (masked_softmax, additive_scores, rotary_rotation, unit_rows), the cache's growth, errors, names,
+// and tiny GPTs on each.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -218,8 +219,8 @@ struct RotaryYarn : score::Rotary {
 TEST_CASE_TEMPLATE(
     "each score: the module equals its formula, its gradients finite differences, "
     "decoding the full pass, threads bitwise",
-    S, score::Bilinear, score::Rotary, RotaryHalves, RotaryYarn, score::Cosine, score::Additive,
-    score::Synthesizer, score::Alibi) {
+    S, score::Bilinear, score::Rotary, RotaryHalves, RotaryYarn, score::Cosine,
+    score::ScaledNegSqEuclidean, score::Additive, score::Synthesizer, score::Alibi) {
   constexpr bool key_free = attn::score_form<S>() == attn::ScoreForm::key_free;
   attn::Rng rng(4);
   const Tensor<double> x = Tensor<double>::randn({2, 6, 8}, rng);
@@ -425,6 +426,42 @@ TEST_CASE("score::Cosine: the scale starts at sqrt(Dh) and bounds the scores") {
   const double q[] = {3.0, 4.0, 0.0, 0.0}, k[] = {0.0, 10.0, 0.0, 0.0}, zero[] = {0, 0, 0, 0};
   CHECK(mod.score.reference(mod.score_params, 1, 2, q, k, 4, 0, 0) == doctest::Approx(1.6));
   CHECK(mod.score.reference(mod.score_params, 1, 2, q, zero, 4, 0, 0) == 0.0);
+}
+
+TEST_CASE("score::ScaledNegSqEuclidean: NegSqEuclidean at temperature sqrt(Dh)") {
+  // One head of width 1 divides by sqrt(1): the same module as NegSqEuclidean's with the same
+  // seed, weight for weight; at width 4 the weights differ (the control), and they are those of
+  // NegSqEuclidean on q and k divided by 4^{1/4} = sqrt(2).
+  attn::Rng rng(3);
+  const Tensor<double> x1 = Tensor<double>::randn({1, 5, 1}, rng);
+  const Tensor<double> x4 = Tensor<double>::randn({1, 5, 4}, rng, 0.0, 2.0);
+  auto weights = [](auto& mod, const Tensor<double>& x) {
+    Tape<double> tape;
+    Tensor<double> w;
+    mod(tape.leaf(x), mask::Causal{}, &w);
+    return w;
+  };
+  Mha<score::ScaledNegSqEuclidean, mask::Causal> scaled1(config(1, 1, 5));
+  Mha<score::NegSqEuclidean, mask::Causal> plain1(config(1, 1, 5));
+  const Tensor<double> a = weights(scaled1, x1), b = weights(plain1, x1);
+  for (index_t j = 0; j < a.numel(); ++j) CHECK(a[j] == doctest::Approx(b[j]).epsilon(1e-12));
+
+  Mha<score::ScaledNegSqEuclidean, mask::Causal> scaled4(config(4, 1, 5));
+  Mha<score::NegSqEuclidean, mask::Causal> plain4(config(4, 1, 5));
+  const Tensor<double> c = weights(scaled4, x4), d = weights(plain4, x4);
+  double largest = 0;
+  for (index_t j = 0; j < c.numel(); ++j) largest = std::max(largest, std::abs(c[j] - d[j]));
+  CHECK(largest > 1e-3);
+  const score::ScaledNegSqEuclidean s;
+  const score::NegSqEuclidean e;
+  const double q[] = {1.0, -2.0, 0.5, 3.0}, k[] = {0.0, 1.0, 2.0, -1.0};
+  const double qs[] = {q[0] / std::sqrt(2.0), q[1] / std::sqrt(2.0), q[2] / std::sqrt(2.0),
+                       q[3] / std::sqrt(2.0)};
+  const double ks[] = {k[0] / std::sqrt(2.0), k[1] / std::sqrt(2.0), k[2] / std::sqrt(2.0),
+                       k[3] / std::sqrt(2.0)};
+  const attn::score_params_t<score::ScaledNegSqEuclidean, double> none{};
+  CHECK(s.reference(none, 0, 1, q, k, 4, 0, 0) == doctest::Approx(e(qs, ks, 4)).epsilon(1e-14));
+  CHECK(s.reference(none, 0, 1, q, k, 4, 0, 0) == doctest::Approx(-28.25 / 2));
 }
 
 // ---- the ops --------------------------------------------------------------------------------

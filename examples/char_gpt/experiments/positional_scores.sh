@@ -14,9 +14,12 @@
 #   BIN=build/ci/examples/char_gpt/char_gpt examples/char_gpt/experiments/positional_scores.sh
 #   STEPS=20 SEEDS="1 2" OUT=/tmp/p DEST=/tmp/d ...    # a quick check of the scripts
 #   VARIANTS="rotary t5bias" ...                       # other variants (learned_biases.sh)
+#   VARIANTS="standard nopos" DEST=docs/experiments/positional_scores/no_positions ...
 #
 # Variants whose score carries the positions (rotary, alibi, t5bias, alibi-learned) train
-# without a position embedding (--positions none), the others with the learned one.
+# without a position embedding (--positions none), the others with the learned one; `nopos` is
+# the standard attention without any positions (--attention standard --positions none: under the
+# causal mask a model can still infer where it is, from how many tokens it sees).
 # Each run writes OUT/<variant>-s<seed>/ and a `done` marker; finished runs are skipped and an
 # interrupted one resumes from its checkpoint when the script is run again. Results go to DEST
 # (default docs/experiments/positional_scores/), replacing the summary files there.
@@ -40,8 +43,11 @@ fi
 # run <variant> <seed>: one training run at the demo's settings (char_gpt's defaults).
 run() {
   local variant=$1 seed=$2 dir="$OUT/$1-s$2"
-  local positions=learned
-  case $variant in rotary | alibi | t5bias | alibi-learned) positions=none ;; esac
+  local positions=learned attention=$variant
+  case $variant in
+    rotary | alibi | t5bias | alibi-learned) positions=none ;;
+    nopos) positions=none attention=standard ;;
+  esac
   if [[ -f "$dir/done" ]]; then
     echo "== $variant seed $seed: done already ($dir)"
     return
@@ -50,8 +56,8 @@ run() {
     echo "== $variant seed $seed: resuming"
     "$BIN" --resume "$dir/checkpoint.safetensors" --threads "$THREADS" >"$dir.txt" 2>&1
   else
-    echo "== $variant seed $seed: --positions $positions"
-    "$BIN" --attention "$variant" --positions "$positions" --seed "$seed" --threads "$THREADS" \
+    echo "== $variant seed $seed: --attention $attention --positions $positions"
+    "$BIN" --attention "$attention" --positions "$positions" --seed "$seed" --threads "$THREADS" \
       --steps "$STEPS" --sample-tokens 0 --out "$dir" --overwrite >"$dir.txt" 2>&1
   fi
   touch "$dir/done"

@@ -319,6 +319,41 @@ struct Rotary {
   }
 };
 
+// The negative squared Euclidean score at the scaled dot product's temperature:
+//     s_ij = −‖q_i − k_j‖² / √Dh,
+// run as NegSqEuclidean on q' = q / Dh^{1/4} and k' = k / Dh^{1/4} (‖q' − k'‖² = ‖q − k‖² / √Dh),
+// so every path of NegSqEuclidean applies and decoding caches k'. ScaledDot divides q·k by √Dh
+// to keep the scores of unit-variance vectors near unit variance as Dh grows; NegSqEuclidean
+// does not, so comparing the two at several head widths mixes the score's shape with its
+// temperature, and this score takes the temperature out. No parameters.
+struct ScaledNegSqEuclidean {
+  static constexpr const char* name = "scaled_neg_sq_euclidean";
+  static constexpr ScoreForm form = ScoreForm::transformed;
+  using inner = NegSqEuclidean;
+
+  template <class P, class T>
+  Var<T> transform_q(P&, const Var<T>& q, index_t) const {
+    return scaled(q);
+  }
+  template <class P, class T>
+  Var<T> transform_k(P&, const Var<T>& k, index_t) const {
+    return scaled(k);
+  }
+  template <class P>
+  double reference(const P&, index_t, index_t, const double* q, const double* k, index_t d, index_t,
+                   index_t) const {
+    double s = 0;
+    for (index_t c = 0; c < d; ++c) s += (q[c] - k[c]) * (q[c] - k[c]);
+    return -s / std::sqrt(static_cast<double>(d));
+  }
+
+ private:
+  template <class T>
+  static Var<T> scaled(const Var<T>& x) {  // x [B, H, T, Dh] times Dh^{-1/4}
+    return x * static_cast<T>(std::pow(static_cast<double>(x.dim(3)), -0.25));
+  }
+};
+
 // Cosine similarity times a learned per-head scale (query-key normalisation):
 //     s_ij = g_h (q_i / ‖q_i‖)·(k_j / ‖k_j‖),
 // run as Dot on q' = g_h q/‖q‖ and k' = k/‖k‖ (a zero vector stays zero). The scores are bounded
@@ -476,6 +511,7 @@ static_assert(MultiHeadScore<score::Alibi>);
 static_assert(MultiHeadScore<score::Bilinear>);
 static_assert(MultiHeadScore<score::Rotary>);
 static_assert(MultiHeadScore<score::Cosine>);
+static_assert(MultiHeadScore<score::ScaledNegSqEuclidean>);
 static_assert(MultiHeadScore<score::Additive>);
 static_assert(MultiHeadScore<score::Synthesizer>);
 
