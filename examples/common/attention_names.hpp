@@ -46,6 +46,8 @@ inline constexpr AttentionName attention_registry[] = {
      "--positions none)"},
     {"euclidean-scaled",
      "negative squared Euclidean distance at the scaled dot's temperature -|q-k|^2/sqrt(d)"},
+    {"linear-scaled",
+     "elu(x)+1 feature maps of g q and g k, g a learned scale per head (1 at the start), O(T)"},
 };
 
 // Another name of a registry entry.

@@ -29,6 +29,8 @@ using Poly2 =
     CausalMha<attn::score::ScaledDot, attn::kernel::Polynomial<2>, attn::projection::Separate>;
 using Linear =
     CausalMha<attn::score::ScaledDot, attn::kernel::EluPlusOne, attn::projection::Separate>;
+using LinearScaled = CausalMha<attn::score::HeadScaled<attn::score::ScaledDot>,
+                               attn::kernel::EluPlusOne, attn::projection::Separate>;
 using Rotary = CausalMha<attn::score::Rotary, attn::kernel::Softmax, attn::projection::Separate>;
 using Alibi = CausalMha<attn::score::Alibi, attn::kernel::Softmax, attn::projection::Separate>;
 using Cosine = CausalMha<attn::score::Cosine, attn::kernel::Softmax, attn::projection::Separate>;
@@ -79,7 +81,7 @@ using AttentionTypes =
     std::tuple<Standard, Symmetric, Euclidean, Poly2, Linear, Synthesizer, Rotary, Alibi, Cosine,
                Bilinear, Additive, Linformer<32>, WithConfig<Standard, with_sinks>,
                WithConfig<Standard, with_t5_bias>, WithConfig<Standard, with_learned_alibi>,
-               RotaryHalves, ScaledEuclidean>;
+               RotaryHalves, ScaledEuclidean, LinearScaled>;
 static_assert(std::tuple_size_v<AttentionTypes> == std::size(attention_registry),
               "every attention name needs its type, in the registry's order");
 

@@ -253,6 +253,7 @@ int evaluate(const EvalOptions& o, const io::Safetensors& file) {
 // the effective number of keys exp(entropy), the norms of q and k, and the weight outside the
 // d_h + 1 largest had q and k been `scale` times longer (the same trained q and k put through
 // the kernel at another scale: exp(c² s) for softmax, φ(c·) for elu+1; degree 2 is invariant).
+// Under a learned scale g on q and k (linear-scaled), q and k are g q and g k, what φ reads.
 constexpr double kScales[] = {0.5, 1, 2, 4};
 
 struct Concentration {
@@ -309,10 +310,13 @@ int concentration(const EvalOptions& o, const io::Safetensors& file) {
   } else {
     using Kernel = std::remove_cvref_t<decltype(std::declval<Attn&>().kernel)>;
     using Score = std::remove_cvref_t<decltype(std::declval<Attn&>().score)>;
-    if constexpr (!std::is_same_v<Score, attn::score::ScaledDot> ||
-                  !(std::is_same_v<Kernel, attn::kernel::Softmax> ||
-                    std::is_same_v<Kernel, attn::kernel::EluPlusOne> ||
-                    std::is_same_v<Kernel, attn::kernel::Polynomial<2>>)) {
+    // A learned scale on q and k (score::HeadScaled) is in the probe's q and k already.
+    constexpr bool scaled_dot =
+        std::is_same_v<Score, attn::score::ScaledDot> ||
+        std::is_same_v<Score, attn::score::HeadScaled<attn::score::ScaledDot>>;
+    if constexpr (!scaled_dot || !(std::is_same_v<Kernel, attn::kernel::Softmax> ||
+                                   std::is_same_v<Kernel, attn::kernel::EluPlusOne> ||
+                                   std::is_same_v<Kernel, attn::kernel::Polynomial<2>>)) {
       throw attn::value_error("value_aware weights: " + o.checkpoint +
                               " is not a scaled dot-product model with the softmax, poly2 or "
                               "elu+1 kernel");

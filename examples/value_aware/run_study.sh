@@ -8,15 +8,19 @@
 #
 #   examples/value_aware/run_study.sh                          # 9 models, 2 at a time
 #   KERNELS=linformer32 SEEDS=1 examples/value_aware/run_study.sh   # the Linformer of the doc
+#   KERNELS=linear-scaled OUT=runs/va_scaled DEST=docs/experiments/value_aware/linear_scaled ...
 #   STEPS=20 WINDOWS=4 SEEDS="1 2" OUT=/tmp/va DEST=/tmp/d ...     # a quick check of the script
 #
 # Each model goes to OUT/<kernel>-s<seed>/ with a `done` marker, its evaluations to
 # OUT/eval_<kernel>-s<seed>.csv, OUT/layers_<kernel>-s<seed>-L0.csv and -L123.csv, and
-# OUT/weights_<kernel>-s<seed>.csv (the last three for the three kernels); finished work is skipped
+# OUT/weights_<kernel>-s<seed>.csv (the last three for the softmax, poly2 and elu+1 kernels, scaled
+# or not); finished work is skipped
 # and an interrupted training resumes from its checkpoint when the script is run again.
 # Variables: OUT (runs/value_aware), DEST (docs/experiments/value_aware), SEEDS ("1 2 3"),
-# KERNELS ("standard poly2 linear"), STEPS (2500), WINDOWS (32 evaluation windows), JOBS (2 at a
-# time), THREADS (1 per job). Training is deterministic for a seed and thread count.
+# KERNELS ("standard poly2 linear"; also linear-scaled, elu+1 with a learned scale on q and k per
+# head), STEPS (2500), WINDOWS (32 evaluation windows), JOBS (2 at a time), THREADS (1 per job),
+# BIN_DIR (a folder holding char_gpt/char_gpt and value_aware/value_aware; default the release
+# build's, built when missing). Training is deterministic for a seed and thread count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -28,8 +32,8 @@ STEPS=${STEPS:-2500}
 WINDOWS=${WINDOWS:-32}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
-bin=build/release/examples
-if [[ ! -x $bin/char_gpt/char_gpt || ! -x $bin/value_aware/value_aware ]]; then
+bin=${BIN_DIR:-build/release/examples}
+if [[ -z ${BIN_DIR:-} && (! -x $bin/char_gpt/char_gpt || ! -x $bin/value_aware/value_aware) ]]; then
   cmake --preset release >/dev/null
   cmake --build --preset release --target char_gpt value_aware
 fi
@@ -59,7 +63,7 @@ study() {
       >"$OUT/eval_$name.log" 2>&1
     mv "$OUT/eval_$name.csv.part" "$OUT/eval_$name.csv"
   fi
-  [[ $kernel == standard || $kernel == poly2 || $kernel == linear ]] || return 0
+  [[ $kernel =~ ^(standard|poly2|linear|linear-scaled)$ ]] || return 0
   if [[ ! -f "$OUT/weights_$name.csv" ]]; then
     $bin/value_aware/value_aware weights "$dir/checkpoint.safetensors" --label "$name" \
       --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/weights_$name.csv.part" --overwrite \

@@ -27,11 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
 from studies import mean_sd, replace_file, write_csv  # noqa: E402
 
-NAME = re.compile(r"^(eval|weights)_([a-z0-9]+)-s(\d+)\.csv$")
-LAYERS = re.compile(r"^layers_([a-z0-9]+)-s(\d+)-L(\d+)\.csv$")
+NAME = re.compile(r"^(eval|weights)_([a-z0-9-]+)-s(\d+)\.csv$")
+LAYERS = re.compile(r"^layers_([a-z0-9-]+)-s(\d+)-L(\d+)\.csv$")
 LAYER_SETS = {"0": "layer 0 only", "123": "layers 1-3 only"}
-KERNELS = ("standard", "poly2", "linear")  # the order of the tables
-LABEL = {"standard": "exp", "poly2": "poly2", "linear": "elu+1"}
+KERNELS = ("standard", "poly2", "linear", "linear-scaled")  # the order of the tables
+LABEL = {"standard": "exp", "poly2": "poly2", "linear": "elu+1", "linear-scaled": "elu+1, scaled"}
 
 
 

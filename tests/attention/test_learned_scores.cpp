@@ -1,11 +1,11 @@
 // The scores MultiHeadAttention takes beyond the plain quadratic forms (module_scores.hpp:
-// Bilinear, Rotary, Cosine, ScaledNegSqEuclidean, Additive, Synthesizer) and the positional one the
-// fused kernel adds (score::Alibi), as the one module: each against a plain-loop reference of its
-// formula (outputs and weights), every gradient (projections, the score's own parameters, the
-// input) against finite differences in double, decoding with the cache against the full pass,
-// grouped-query and tied variants where valid, 1 and 2 threads bitwise. Also their ops
-// (masked_softmax, additive_scores, rotary_rotation, unit_rows), the cache's growth, errors, names,
-// and tiny GPTs on each.
+// Bilinear, Rotary, Cosine, ScaledNegSqEuclidean, HeadScaled, Additive, Synthesizer) and the
+// positional one the fused kernel adds (score::Alibi), as the one module: each against a plain-loop
+// reference of its formula (outputs and weights), every gradient (projections, the score's own
+// parameters, the input) against finite differences in double, decoding with the cache against the
+// full pass, grouped-query and tied variants where valid, 1 and 2 threads bitwise. Also their ops
+// (masked_softmax, additive_scores, rotary_rotation, unit_rows, head_scale), the cache's growth,
+// errors, names, and tiny GPTs on each.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -220,7 +220,8 @@ TEST_CASE_TEMPLATE(
     "each score: the module equals its formula, its gradients finite differences, "
     "decoding the full pass, threads bitwise",
     S, score::Bilinear, score::Rotary, RotaryHalves, RotaryYarn, score::Cosine,
-    score::ScaledNegSqEuclidean, score::Additive, score::Synthesizer, score::Alibi) {
+    score::ScaledNegSqEuclidean, score::HeadScaled<score::ScaledDot>,
+    score::HeadScaled<score::NegSqEuclidean>, score::Additive, score::Synthesizer, score::Alibi) {
   constexpr bool key_free = attn::score_form<S>() == attn::ScoreForm::key_free;
   attn::Rng rng(4);
   const Tensor<double> x = Tensor<double>::randn({2, 6, 8}, rng);
@@ -345,7 +346,7 @@ TEST_CASE("score::Rotary: scores depend on the relative position only; the head 
         std::string::npos);
 }
 
-TEST_CASE("rotary_rotation and unit_rows: values and gradients by finite differences") {
+TEST_CASE("rotary_rotation, unit_rows and head_scale: values and gradients by finite differences") {
   attn::Rng rng(6);
   const Tensor<double> x = Tensor<double>::randn({2, 3, 4, 6}, rng);
   const Tensor<double> g = Tensor<double>::randn({3}, rng);
@@ -374,6 +375,26 @@ TEST_CASE("rotary_rotation and unit_rows: values and gradients by finite differe
       {x, g});
   INFO(unit.report());
   CHECK(unit.ok);
+  // head_scale: y = g_m x; one gain per head, or one per group of consecutive heads.
+  const Tensor<double> g1 = Tensor<double>::randn({1}, rng);
+  const Tensor<double> hs = attn::head_scale(tape.leaf(x), tape.leaf(g)).value();
+  const Tensor<double> hs1 = attn::head_scale(tape.leaf(x), tape.leaf(g1)).value();
+  for (index_t n = 0; n < 3; ++n) {
+    CHECK(hs(1, n, 2, 4) == doctest::Approx(g[n] * x(1, n, 2, 4)).epsilon(1e-15));
+    CHECK(hs1(1, n, 2, 4) == doctest::Approx(g1[0] * x(1, n, 2, 4)).epsilon(1e-15));
+  }
+  for (const Tensor<double>* gain : {&g, &g1}) {
+    const attn::GradientCheck scale = attn::check_gradient(
+        [&](const std::vector<Var<double>>& v) {
+          return attn::sum(attn::head_scale(v[0], v[1]) * v[0].tape().leaf(r));
+        },
+        {x, *gain});
+    INFO(scale.report());
+    CHECK(scale.ok);
+  }
+  CHECK(attn::test::message_of<attn::shape_error>([&] {
+          attn::head_scale(tape.leaf(x), tape.leaf(Tensor<double>(Shape{2})));
+        }).find("head_scale: gain must be [G] with G dividing the 3 heads") != std::string::npos);
   // A zero row stays zero (no NaN), and passes the gradient g dy / ε.
   Tensor<double> z = x;
   for (index_t c = 0; c < 6; ++c) z(0, 1, 2, c) = 0.0;
@@ -462,6 +483,41 @@ TEST_CASE("score::ScaledNegSqEuclidean: NegSqEuclidean at temperature sqrt(Dh)")
   const attn::score_params_t<score::ScaledNegSqEuclidean, double> none{};
   CHECK(s.reference(none, 0, 1, q, k, 4, 0, 0) == doctest::Approx(e(qs, ks, 4)).epsilon(1e-14));
   CHECK(s.reference(none, 0, 1, q, k, 4, 0, 0) == doctest::Approx(-28.25 / 2));
+}
+
+TEST_CASE(
+    "score::HeadScaled: Inner at the start; g on q and k is q and k projected g times longer") {
+  attn::Rng rng(8);
+  const Tensor<double> x = Tensor<double>::randn({2, 6, 8}, rng);
+  using ElU = attn::kernel::EluPlusOne;
+  using Scaled = attn::MultiHeadAttention<score::HeadScaled<score::ScaledDot>, ElU, mask::Causal,
+                                          Dyn, attn::projection::Separate, double>;
+  using Plain = attn::MultiHeadAttention<score::ScaledDot, ElU, mask::Causal, Dyn,
+                                         attn::projection::Separate, double>;
+  // Same seed: the same projections, and g = 1 changes nothing.
+  Scaled scaled(config(8, 2));
+  Plain plain(config(8, 2));
+  CHECK(scaled.score_params.head_scale.value[0] == 1.0);
+  Tape<double> tape;
+  CHECK(attn::max_abs_diff(scaled(tape.leaf(x)).value(), plain(tape.leaf(x)).value()) < 1e-14);
+  // Gains 3 and 0.5 on the heads under elu+1 (not a temperature there): the same as W_Q, b_Q,
+  // W_K, b_K of each head multiplied by its gain, and different from g = 1 (the control).
+  const Tensor<double> before = scaled(tape.leaf(x)).value();
+  scaled.score_params.head_scale.value[0] = 3.0;
+  scaled.score_params.head_scale.value[1] = 0.5;
+  for (attn::ProjectionWeights<double>* p : {&plain.q_proj, &plain.k_proj})
+    for (index_t r = 0; r < 8; ++r) {
+      const double g = r < 4 ? 3.0 : 0.5;
+      for (index_t c = 0; c < 8; ++c) p->weight.value(r, c) *= g;
+      p->bias.value[r] *= g;
+    }
+  const Tensor<double> after = scaled(tape.leaf(x)).value();
+  CHECK(attn::max_abs_diff(after, plain(tape.leaf(x)).value()) < 1e-12);
+  CHECK(attn::max_abs_diff(after, before) > 1e-3);
+  // Its gradients on the feature-map path, the gains' included, by finite differences.
+  randomize(scaled, 9);
+  const Tensor<double> xs = Tensor<double>::randn({2, 4, 8}, rng);
+  check_gradients(scaled, xs, [&](const Var<double>& v) { return scaled(v); });
 }
 
 // ---- the ops --------------------------------------------------------------------------------

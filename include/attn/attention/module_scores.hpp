@@ -42,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "../autodiff/autodiff.hpp"
 #include "mask.hpp"
@@ -354,6 +355,59 @@ struct ScaledNegSqEuclidean {
   }
 };
 
+// A learned scale on q and k before the score Inner (and before a kernel's feature map):
+//     s_ij = Inner(g q_i, g k_j),   g = g_m of key/value head m (query head h: m = h / (H / Hk)).
+// Under softmax it is a learned inverse temperature for the scaled dot product (g² q·k/√Dh) and
+// the negative squared Euclidean distance (−g²‖q − k‖²); under a feature-map kernel such as
+// elu+1 it sets how far into φ's non-linear range q and k reach. The projections could learn the
+// same lengths, but weight decay pulls them down with their weights, where g (a vector) is not
+// decayed under attn's default rule. Parameter head_scale [Hk] (one per key/value head, so
+// grouped-query heads share their key's), starting at 1: the module then computes Inner's
+// attention exactly.
+template <ScorePolicy Inner>
+struct HeadScaled {
+  static_assert(!HasPositionBias<Inner>,
+                "attn: score::HeadScaled scales q and k, not a position bias; give it a score "
+                "without one");
+  static constexpr const char* name = "head_scaled";
+  static constexpr ScoreForm form = ScoreForm::transformed;
+  using inner = Inner;
+
+  template <class T>
+  struct Params {
+    Parameter<T> head_scale;  // [Hk]
+
+    Params() = default;
+    Params(const MultiHeadConfig& c, Rng&)
+        : head_scale(Tensor<T>(Shape{c.kv_heads > 0 ? c.kv_heads : c.heads}, T{1})) {}
+    template <class F>
+    void for_each_parameter(F&& f, std::string_view prefix) {
+      attn::detail::visit_parameter(f, prefix, "head_scale", head_scale);
+    }
+  };
+
+  template <class T>
+  Var<T> transform_q(Params<T>& p, const Var<T>& q, index_t) const {
+    return head_scale(q, q.tape().param(p.head_scale));
+  }
+  template <class T>
+  Var<T> transform_k(Params<T>& p, const Var<T>& k, index_t) const {
+    return head_scale(k, k.tape().param(p.head_scale));
+  }
+  template <class T>
+  double reference(const Params<T>& p, index_t h, index_t heads, const double* q, const double* k,
+                   index_t d, index_t, index_t) const {
+    const index_t groups = p.head_scale.value.numel();
+    const double g = static_cast<double>(p.head_scale.value[h / (heads / groups)]);
+    std::vector<double> qs(static_cast<std::size_t>(d)), ks(static_cast<std::size_t>(d));
+    for (index_t c = 0; c < d; ++c) {
+      qs[static_cast<std::size_t>(c)] = g * q[c];
+      ks[static_cast<std::size_t>(c)] = g * k[c];
+    }
+    return Inner{}(qs.data(), ks.data(), d);
+  }
+};
+
 // Cosine similarity times a learned per-head scale (query-key normalisation):
 //     s_ij = g_h (q_i / ‖q_i‖)·(k_j / ‖k_j‖),
 // run as Dot on q' = g_h q/‖q‖ and k' = k/‖k‖ (a zero vector stays zero). The scores are bounded
@@ -512,6 +566,7 @@ static_assert(MultiHeadScore<score::Bilinear>);
 static_assert(MultiHeadScore<score::Rotary>);
 static_assert(MultiHeadScore<score::Cosine>);
 static_assert(MultiHeadScore<score::ScaledNegSqEuclidean>);
+static_assert(MultiHeadScore<score::HeadScaled<score::ScaledDot>>);
 static_assert(MultiHeadScore<score::Additive>);
 static_assert(MultiHeadScore<score::Synthesizer>);
 

@@ -1,9 +1,9 @@
 // attn/attention/score_ops.hpp: the differentiable per-token operations that the scores of
 // module_scores.hpp apply to per-head queries and keys [B, N, T, D] before a quadratic-form score:
-// the rotary rotation by position, rows scaled to unit length times a per-head gain, and one
-// matrix per head. Each op's formula and hand-written backward sit side by side.
-// Does not compute scores or attention, and mixes no tokens: row t of the output depends on row t
-// of the input only (so a decoding step transforms just its new rows).
+// the rotary rotation by position, rows scaled to unit length times a per-head gain, rows times a
+// per-head gain, and one matrix per head. Each op's formula and hand-written backward sit side by
+// side. Does not compute scores or attention, and mixes no tokens: row t of the output depends on
+// row t of the input only (so a decoding step transforms just its new rows).
 #pragma once
 
 #include <algorithm>
@@ -233,6 +233,46 @@ struct UnitRowsOp {
   }
 };
 
+// y = g_m x per row of head n, m = n / (N / G) for gain [G]: dx = g_m dy, dg_m = Σ x·dy over the
+// rows of m's heads, summed per (b, n) task into self.saved[0] and added over b and n in order, as
+// UnitRowsOp does.
+struct HeadScaleOp {
+  std::int32_t x, gain;
+  RowsGeometry g;
+  index_t groups;  // G, the gain's length
+
+  template <class T>
+  void backward(Tape<T>& tape, Node<T>& self) const {
+    const T* xv = tape.value(x).data();
+    const T* gv = tape.value(gain).data();
+    const T* dy = self.grad->data();
+    T* dx = tape.requires_grad(x) ? tape.grad(x).data() : nullptr;
+    const bool need_g = tape.requires_grad(gain);
+    if (need_g) {
+      self.saved.resize(1);
+      self.saved[0].resize(Shape{g.B * g.N});
+      self.saved[0].zero();
+    }
+    T* partial = need_g ? self.saved[0].data() : nullptr;
+    const index_t block = g.T * g.D;  // one (b, n) task
+    const index_t group = g.N / groups;
+    parallel_for(g.B * g.N, 3.0 * double(block), [&](index_t task) {
+      const T gn = gv[(task % g.N) / group];
+      const T* xr = xv + task * block;
+      const T* d = dy + task * block;
+      T acc = 0;
+      for (index_t i = 0; i < block; ++i) acc += xr[i] * d[i];
+      if (dx)
+        for (index_t i = 0; i < block; ++i) dx[task * block + i] += gn * d[i];
+      if (partial) partial[task] = acc;
+    });
+    if (!need_g) return;
+    T* dg = tape.grad(gain).data();
+    for (index_t n = 0; n < g.N; ++n)
+      for (index_t b = 0; b < g.B; ++b) dg[n / group] += partial[b * g.N + n];
+  }
+};
+
 }  // namespace detail
 
 // Rotary position embedding (Su et al., "RoFormer: Enhanced Transformer with Rotary Position
@@ -289,6 +329,33 @@ Var<T> unit_rows(const Var<T>& x, const Var<T>* gain = nullptr, double eps = 1e-
   });
   if (node.requires_grad)
     tape.set_backward(node, detail::UnitRowsOp{x.index(), gain ? gain->index() : -1, g, eps});
+  return y;
+}
+
+// Rows of x [B, N, T, D] times the gain of their head, gain [G] with G dividing N:
+//     y = g_m x,   m = n / (N / G)
+// (G = N: a gain per head; fewer: consecutive heads share one, as grouped-query heads share a key).
+template <class T>
+Var<T> head_scale(const Var<T>& x, const Var<T>& gain) {
+  Tape<T>& tape = x.tape();
+  tape.check(x, "head_scale");
+  tape.check(gain, "head_scale");
+  const detail::RowsGeometry g = detail::rows_geometry(x.shape(), "head_scale");
+  const index_t groups = gain.shape().rank() == 1 ? gain.shape()[0] : 0;
+  ATTN_CHECK(groups > 0 && g.N % groups == 0, shape_error,
+             "head_scale: gain must be [G] with G dividing the ", g.N, " heads of x ", x.shape(),
+             ", got ", gain.shape());
+  auto [y, node] = tape.push(x.shape(), "head_scale", x.requires_grad() || gain.requires_grad());
+  const T* xv = x.value().data();
+  const T* gv = gain.value().data();
+  T* yv = node.value->data();
+  const index_t group = g.N / groups;
+  parallel_for(g.B * g.N * g.T, double(g.D), [&](index_t r) {
+    const T gn = gv[((r / g.T) % g.N) / group];
+    for (index_t c = 0; c < g.D; ++c) yv[r * g.D + c] = gn * xv[r * g.D + c];
+  });
+  if (node.requires_grad)
+    tape.set_backward(node, detail::HeadScaleOp{x.index(), gain.index(), g, groups});
   return y;
 }
 
