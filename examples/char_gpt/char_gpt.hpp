@@ -37,6 +37,7 @@ struct TrainOptions {
   std::int64_t stop_at = 0;  // > 0: end this session after that many steps (resume later)
   double lr = 2e-3, min_lr = 2e-4, weight_decay = 0.1, beta2 = 0.99, grad_clip = 1.0;
   double dropout = 0.0, train_fraction = 0.9, data_fraction = 1.0;
+  index_t data_chunks = 1;  // --data-fraction from each of this many equal pieces of the split
   std::uint64_t seed = 1;
   int threads = 2;
   std::string denormals = "flush";
@@ -119,6 +120,10 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   s.real("grad-clip", t.grad_clip, "global gradient-norm clip").range(0, 1e9, true);
   s.real("data-fraction", t.data_fraction, "use only this fraction of the training split")
       .range(0.01, 1);
+  s.integer("data-chunks", t.data_chunks,
+            "take --data-fraction from the start of each of this many equal pieces of the "
+            "training split (1: its start only; more: spread over the whole split)")
+      .range(1, 100000);
   s.unsigned_integer("seed", t.seed, "seed for the weights, batches and dropout");
   s.integer("eval-every", t.eval_every, "validate, log and checkpoint every N steps")
       .range(1, 100000000);
@@ -164,6 +169,7 @@ inline void declare_train_settings(attn::train::Settings& s, TrainOptions& t) {
   s.fallback_when_missing("denormals", "keep");
   s.fallback_when_missing("shards", "1");
   s.fallback_when_missing("precision", "float32");  // before data parallelism, one shard
+  s.fallback_when_missing("data-chunks", "1");
 }
 
 struct SampleOptions {

@@ -221,14 +221,19 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
     for (const std::string& extra : o.vocab_from) all += examples::read_corpus(extra);
     tok = Tokenizer::make(o.tokenizer, all, std::int32_t(o.bpe_vocab), o.tokenizer_file);
   }
-  // Training split: the first train_fraction of the text, of which only the first data_fraction
-  // is used (the data-size study); validation: always the rest of the text.
+  // Training split: the first train_fraction of the text, of which only data_fraction is used
+  // (the data-size studies): the start of the split, or with --data-chunks N the start of each of
+  // N equal pieces of it, joined in order (spread over the whole split); validation: always the
+  // rest of the text.
   std::vector<std::int32_t> tokens = examples::about(
       o.data + " (with the vocabulary of " + (from_checkpoint ? source : o.data) + ")",
       [&] { return tok.encode(text); });
   const auto n_train = std::size_t(double(tokens.size()) * o.train_fraction);
-  const auto keep = std::size_t(double(n_train) * o.data_fraction);
-  tokens.erase(tokens.begin() + std::ptrdiff_t(keep), tokens.begin() + std::ptrdiff_t(n_train));
+  const std::vector<std::int32_t> kept =
+      attn::data::spread_sample(tokens, n_train, o.data_fraction, std::size_t(o.data_chunks));
+  const std::size_t keep = kept.size();
+  tokens.erase(tokens.begin(), tokens.begin() + std::ptrdiff_t(n_train));
+  tokens.insert(tokens.begin(), kept.begin(), kept.end());
   const auto batches = attn::data::TextBatches::split_at(std::move(tokens), index_t(keep));
 
   if (from_checkpoint && io::metadata_string(resumed, "attention", source) != o.attention)

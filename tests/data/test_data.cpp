@@ -46,6 +46,33 @@ TEST_CASE("CharTokenizer: clear errors") {
         }).find("appears twice") != std::string::npos);
 }
 
+TEST_CASE("spread_sample: the start of each equal piece, joined in order; one piece is a prefix") {
+  std::vector<std::int32_t> t(103);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = std::int32_t(i);
+  // Of [0, 100): pieces [0, 25), [25, 50), [50, 75), [75, 100), 20 % of each = 5 tokens.
+  const std::vector<std::int32_t> four = attn::data::spread_sample(t, 100, 0.2, 4);
+  const std::vector<std::int32_t> want{0,  1,  2,  3,  4,  25, 26, 27, 28, 29,
+                                       50, 51, 52, 53, 54, 75, 76, 77, 78, 79};
+  CHECK(four == want);
+  // One piece: the first fraction of the range (what --data-fraction did before --data-chunks).
+  const std::vector<std::int32_t> one = attn::data::spread_sample(t, 100, 0.2, 1);
+  CHECK(one == std::vector<std::int32_t>(t.begin(), t.begin() + 20));
+  // Unequal pieces (floor bounds [0, 33), [33, 66), [66, 100)) and the whole range.
+  const std::vector<std::int32_t> three = attn::data::spread_sample(t, 100, 0.1, 3);
+  CHECK(three == std::vector<std::int32_t>{0, 1, 2, 33, 34, 35, 66, 67, 68});
+  CHECK(attn::data::spread_sample(t, 100, 1.0, 7) ==
+        std::vector<std::int32_t>(t.begin(), t.begin() + 100));
+  CHECK(attn::test::message_of<attn::value_error>([&] {
+          attn::data::spread_sample(t, 100, 0.2, 0);
+        }).find("spread_sample: 0 pieces of a range of 100 tokens") != std::string::npos);
+  CHECK(attn::test::message_of<attn::value_error>([&] {
+          attn::data::spread_sample(t, 104, 0.2, 2);
+        }).find("a range of 104 tokens out of 103") != std::string::npos);
+  CHECK(attn::test::message_of<attn::value_error>([&] {
+          attn::data::spread_sample(t, 100, 0.0, 2);
+        }).find("the fraction must be in (0, 1]") != std::string::npos);
+}
+
 TEST_CASE("TextBatches: targets are the inputs shifted by one, splits are disjoint, seeded") {
   std::vector<std::int32_t> tokens(100);
   for (int i = 0; i < 100; ++i) tokens[std::size_t(i)] = i;

@@ -4,6 +4,7 @@
 #   runs.csv        one row per run: final and best validation loss, mean tokens/s, seconds
 #   summary.csv     one row per variant: mean and sample standard deviation over the seeds
 #   curves.csv      validation loss per variant and step: mean and standard deviation
+#   curves_by_seed.csv  every run's curve: variant, seed, step, training and validation loss
 #   validation.svg  the mean validation curves, each with a band of ± one standard deviation
 # and prints summary.csv as a Markdown table. Does not train. A variant needs every run it has
 # to have finished (`done`); missing runs are named on stderr and left out.
@@ -21,6 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "variant,seed,final_val_loss,best_val_loss,mean_tokens_per_s,seconds" >"$tmp/runs.csv"
 echo "variant,step,val_loss_mean,val_loss_sd,runs" >"$tmp/curves.csv"
+echo "variant,seed,step,train_loss,val_loss" >"$tmp/curves_by_seed.csv"
 for variant in "$@"; do
   logs=()
   for dir in "$RUNS/$variant"-s*; do
@@ -34,6 +36,8 @@ for variant in "$@"; do
     awk -F, -v v="$variant" -v s="$seed" 'NR > 1 {
         last = $3; if (best == "" || $3 < best) best = $3; tps += $6; n++; sec = $7 }
       END { printf "%s,%s,%.4f,%.4f,%.0f,%.1f\n", v, s, last, best, tps / n, sec }' "$log" >>"$tmp/runs.csv"
+    awk -F, -v v="$variant" -v s="$seed" 'NR > 1 { printf "%s,%s,%s,%.4f,%.4f\n", v, s, $1, $2, $3 }' \
+      "$log" >>"$tmp/curves_by_seed.csv"
   done
   # Mean and sample standard deviation of the validation loss at each logged step.
   awk -F, -v v="$variant" 'FNR > 1 { sum[$1] += $3; sq[$1] += $3 * $3; n[$1]++ }
@@ -75,7 +79,7 @@ set ylabel "validation loss (nats per character)"
 plot ${joined%, }
 EOF
 
-for f in runs.csv summary.csv curves.csv validation.svg; do
+for f in runs.csv summary.csv curves.csv curves_by_seed.csv validation.svg; do
   cp "$tmp/$f" "$DEST/$f.tmp.$$" && mv "$DEST/$f.tmp.$$" "$DEST/$f"
 done
 echo "| variant | runs | final val loss (mean ± sd) | best val loss (mean ± sd) | tokens/s |"

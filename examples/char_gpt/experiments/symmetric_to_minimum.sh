@@ -19,6 +19,8 @@
 # Variables: BIN, OUT (runs/symmetric_to_minimum), DEST (docs/experiments/symmetric_attention/
 # to_minimum), SEEDS ("1 2 3"), LAYERS (4), HEADS (6), EMBD (192), BLOCK (128), DROPOUT (0),
 # DATA_FRACTION (0.2: the first fifth of the training split; the validation split is whole),
+# DATA_CHUNKS (1: that fraction from the start of the split; N: from the start of each of N equal
+# pieces of it, char_gpt --data-chunks, so that it spans all the plays),
 # MAX_STEPS (20000), CHUNK (250), PATIENCE (500), JOBS (2), THREADS (1).
 # The defaults put the report's ratio of parameters to training characters (about 10: 10.7 M
 # parameters, 1 M characters) on the 1.8 M-parameter model of this page, so that it passes its
@@ -32,6 +34,7 @@ DEST=${DEST:-docs/experiments/symmetric_attention/to_minimum}
 SEEDS=${SEEDS:-"1 2 3"}
 LAYERS=${LAYERS:-4} HEADS=${HEADS:-6} EMBD=${EMBD:-192} BLOCK=${BLOCK:-128} DROPOUT=${DROPOUT:-0}
 DATA_FRACTION=${DATA_FRACTION:-0.2}
+DATA_CHUNKS=${DATA_CHUNKS:-1}
 MAX_STEPS=${MAX_STEPS:-20000}
 CHUNK=${CHUNK:-250}
 PATIENCE=${PATIENCE:-500}
@@ -60,7 +63,7 @@ run() {
     echo "== ${dir##*/}: --attention $variant --seed $seed"
     "$BIN" --data data/tinyshakespeare.txt --attention "$variant" --layers "$LAYERS" \
       --heads "$HEADS" --embd "$EMBD" --block "$BLOCK" --dropout "$DROPOUT" \
-      --data-fraction "$DATA_FRACTION" --batch 32 \
+      --data-fraction "$DATA_FRACTION" --data-chunks "$DATA_CHUNKS" --batch 32 \
       --steps "$MAX_STEPS" --lr 1e-3 --min-lr 1e-4 --warmup 100 --eval-every 50 \
       --eval-batches 16 --seed "$seed" --threads "$THREADS" --sample-tokens 0 \
       --stop-at "$stop" --out "$dir" --overwrite >"$dir.txt" 2>&1

@@ -1,9 +1,11 @@
 // attn/data/text_batches.hpp: language-model batches from one token array: a train/validation split
-// at a fixed fraction and seeded random windows (x = tokens[s, s+T), y = tokens[s+1, s+T+1)).
+// at a fixed fraction and seeded random windows (x = tokens[s, s+T), y = tokens[s+1, s+T+1)); and
+// a fraction of a token range, from its start or spread over it (spread_sample).
 // Does not shuffle or copy the corpus: windows are drawn with replacement, as nanoGPT does, from
 // an Rng the caller passes (a trainer seeds one per step, so resuming replays the same batches).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -15,6 +17,28 @@
 namespace attn::data {
 
 enum class Split { train, validation };
+
+// A fraction of tokens[0, n) spread over the range: the first ⌊fraction · length⌋ tokens of each
+// of `chunks` equal pieces (piece c = [⌊c n / chunks⌋, ⌊(c + 1) n / chunks⌋)), joined in order.
+// chunks = 1 is the first fraction of the range. The joins are chunks − 1 seams that a window of
+// the result can straddle (at most (chunks − 1) · block of its starts).
+inline std::vector<std::int32_t> spread_sample(std::span<const std::int32_t> tokens, std::size_t n,
+                                               double fraction, std::size_t chunks) {
+  ATTN_CHECK(n <= tokens.size(), value_error, "spread_sample: a range of ", n, " tokens out of ",
+             tokens.size());
+  ATTN_CHECK(fraction > 0 && fraction <= 1, value_error,
+             "spread_sample: the fraction must be in (0, 1], got ", fraction);
+  ATTN_CHECK(chunks >= 1 && chunks <= n, value_error, "spread_sample: ", chunks,
+             " pieces of a range of ", n, " tokens (1 to ", n, ")");
+  std::vector<std::int32_t> kept;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::size_t lo = c * n / chunks, hi = (c + 1) * n / chunks;
+    const auto take = std::size_t(double(hi - lo) * fraction);
+    kept.insert(kept.end(), tokens.begin() + std::ptrdiff_t(lo),
+                tokens.begin() + std::ptrdiff_t(lo + take));
+  }
+  return kept;
+}
 
 class TextBatches {
  public:
