@@ -64,7 +64,10 @@ inline attn::nn::GPTConfig run_config(const std::optional<attn::nn::GPTConfig>& 
     return gpt_config(shape);
   }
   extra.merge(model_values(*saved, resuming));
-  settings.check_given(extra, source, "the model comes from the checkpoint");
+  settings.check_given(extra, source,
+                       resuming ? "a resumed run keeps its settings (the model comes from the "
+                                  "checkpoint)"
+                                : "a run from a checkpoint's weights keeps its model");
   ATTN_CHECK(saved->vocab_size == shape.vocab, attn::io_error, source, ": config.vocab_size ",
              saved->vocab_size, " differs from its vocabulary's ", shape.vocab, " characters");
   attn::nn::GPTConfig c = *saved;

@@ -194,7 +194,7 @@ expect 1 "huge_config.safetensors: metadata 'config.vocab_size' = 2147483648 is 
 expect 1 "cut.safetensors: " -- "$G" --resume cut.safetensors --data small.txt
 expect 2 "--overwrite excludes --resume|--resume excludes --overwrite" -- "$G" "${r[@]}" --overwrite
 expect 1 "--init-from guard/c/checkpoint.safetensors is the checkpoint this run writes" -- "$G" "${tiny_gpt[@]}" --init-from guard/c/checkpoint.safetensors --out guard/c --overwrite
-expect 1 "--layers 2 conflicts with the run in guard/c/checkpoint.safetensors, which has --layers 1: .*the model comes from the checkpoint" -- "$G" --data small.txt --init-from guard/c/checkpoint.safetensors --layers 2 --out s/i1
+expect 1 "--layers 2 conflicts with the run in guard/c/checkpoint.safetensors, which has --layers 1: a run from a checkpoint's weights keeps its model" -- "$G" --data small.txt --init-from guard/c/checkpoint.safetensors --layers 2 --out s/i1
 expect 1 "--prompt: .*'€'.*not in the vocabulary" -- "$G" sample guard/c/checkpoint.safetensors --prompt "€"
 expect 1 "--prompt is empty" -- "$G" sample guard/c/checkpoint.safetensors --prompt ""
 expect 1 "small.txt: header length .* exceeds the limit" -- "$G" sample small.txt

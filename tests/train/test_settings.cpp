@@ -223,22 +223,22 @@ TEST_CASE("Settings::check_given: a given setting must agree with values saved e
   // The model a checkpoint brings, in its own words (not the table's metadata keys).
   const std::map<std::string, std::string> model{
       {"steps", "600"}, {"lr", "0.0020"}, {"positions", "none"}, {"width", "128"}};
-  s.check_given(model, "c", "the model comes from the checkpoint");  // nothing given
+  const char* rule = "a run from a checkpoint's weights keeps its model";
+  s.check_given(model, "c", rule);  // nothing given
   s.set("positions", "none");
   s.set("lr", "2e-3");  // the same number in other words
-  s.check_given(model, "c", "the model comes from the checkpoint");
+  s.check_given(model, "c", rule);
   s.set("steps", "700");
-  CHECK(message_of<attn::value_error>(
-            [&] { s.check_given(model, "c", "the model comes from the checkpoint"); }) ==
-        "--steps 700 conflicts with the run in c, which has --steps 600: a resumed run keeps its "
-        "settings (the model comes from the checkpoint)");
+  CHECK(message_of<attn::value_error>([&] { s.check_given(model, "c", rule); }) ==
+        "--steps 700 conflicts with the run in c, which has --steps 600: a run from a "
+        "checkpoint's weights keeps its model");
   // A saved value that is not one of the row's values is named as it is.
   Options p;
   Settings t;
   declare(t, p);
   t.set("threads", "4");
   CHECK(message_of<attn::value_error>([&] {
-          t.check_given({{"threads", "0"}}, "c", "");
+          t.check_given({{"threads", "0"}}, "c", "a resumed run keeps its settings");
         }) ==
         "--threads 4 conflicts with the run in c, which has --threads 0: a resumed run keeps its "
         "settings");

@@ -461,9 +461,10 @@ class Settings {
 
   // Refuses a setting given now whose value differs from the one `values` holds for it (name ->
   // text; e.g. the model a checkpoint brings, saved in its own form rather than by save()): a
-  // value_error in resume_from's words, naming both values, `why` ending it ("the model comes from
-  // the checkpoint"). Values are compared in canonical form ("0.10" is 0.1); settings not given,
-  // and names the table lacks, are not compared.
+  // value_error naming both values and ending in `why`, the caller's rule ("--layers 2 conflicts
+  // with the run in c, which has --layers 1: a run from a checkpoint's weights keeps its model").
+  // Values are compared in canonical form ("0.10" is 0.1); settings not given, and names the
+  // table lacks, are not compared.
   void check_given(const std::map<std::string, std::string>& values, const std::string& source,
                    std::string_view why) const {
     for (const auto& [name, value] : values) {
@@ -472,7 +473,9 @@ class Settings {
       if (!s.given_) continue;
       std::string other;
       if (!s.parse(value, other).empty()) other = value;  // not a value of the row: as it is
-      if (s.text() != other) throw conflict(s, other, source, why);
+      if (s.text() != other)
+        throw value_error(s.option() + " " + s.text() + " conflicts with the run in " + source +
+                          ", which has " + s.option() + " " + other + ": " + std::string(why));
     }
   }
 
