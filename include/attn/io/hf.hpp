@@ -23,6 +23,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -451,6 +452,8 @@ template <class T, class Mask>
 void load_weights(const std::filesystem::path& dir, const Config& c, Model<T, Mask>& model) {
   auto stored = detail::read_weights(dir);
   std::set<std::string> used;
+  // GPT-2's fused c_attn tensors, converted once for their three parts and dropped after the third.
+  std::map<std::string, std::pair<std::vector<T>, int>> fused;
   model.for_each_parameter([&](const std::string& name, Parameter<T>& p) {
     const detail::Stored s = detail::stored_as(c.architecture, name);
     const auto it = stored.find(s.name);
@@ -462,12 +465,24 @@ void load_weights(const std::filesystem::path& dir, const Config& c, Model<T, Ma
     const std::vector<std::int64_t> expected = detail::stored_shape(s, want);
     ATTN_CHECK(d.shape == expected, io_error, what, " has shape ", io::detail::shape_text(d.shape),
                ", expected ", io::detail::shape_text(expected));
-    const std::vector<T> v = detail::values_of<T>(d, what);
+    std::vector<T> own;
+    const std::vector<T>* v = &own;
+    auto part = fused.end();
+    if (s.third >= 0) {
+      bool fresh = false;
+      std::tie(part, fresh) = fused.try_emplace(s.name);
+      if (fresh) part->second.first = detail::values_of<T>(d, what);
+      v = &part->second.first;
+    } else {
+      own = detail::values_of<T>(d, what);
+    }
     const index_t rows = want.rank() == 2 ? want[0] : 1,
                   cols = want.rank() == 2 ? want[1] : want[0];
     Tensor<T> t(want);
     for (index_t r = 0; r < rows; ++r)
-      for (index_t k = 0; k < cols; ++k) t[r * cols + k] = v[detail::stored_index(s, want, r, k)];
+      for (index_t k = 0; k < cols; ++k)
+        t[r * cols + k] = (*v)[detail::stored_index(s, want, r, k)];
+    if (part != fused.end() && ++part->second.second == 3) fused.erase(part);
     for (index_t i = 0; i < t.numel(); ++i)
       ATTN_CHECK(std::isfinite(double(t[i])), io_error, what, " holds ", t[i], " at element ", i,
                  ": the weights are not finite");
