@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "../char_gpt/tokenizer.hpp"
 #include "../common/cli.hpp"
 
 namespace {
@@ -116,8 +117,7 @@ ModelResult analyse(const Options& o, const std::string& name, const io::Safeten
   io::get_parameters(file, model, source);
   model.set_training(false);
   const auto config = model.config();
-  const auto tok =
-      attn::data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", source));
+  const char_gpt::Tokenizer tok = char_gpt::Tokenizer::from_checkpoint(file, source);
   const double train_fraction = io::metadata_double(file, "train.train_fraction", source);
   // The validation split, as char_gpt made it: the text after the first train_fraction.
   const std::vector<std::int32_t> all = tok.encode(text);

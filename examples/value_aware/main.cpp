@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "../char_gpt/tokenizer.hpp"
 #include "../common/attention_variants.hpp"
 #include "../common/char_checkpoint.hpp"
 #include "../common/cli.hpp"
@@ -157,8 +158,7 @@ struct Evaluation {
     attn::set_num_threads(o.threads);
     io::get_parameters(file, model, o.checkpoint);
     model.set_training(false);
-    const auto tok = attn::data::CharTokenizer::from_vocabulary(
-        io::metadata_string(file, "vocab", o.checkpoint));
+    const char_gpt::Tokenizer tok = char_gpt::Tokenizer::from_checkpoint(file, o.checkpoint);
     // The validation split exactly as char_gpt cut it: everything after train_fraction.
     std::vector<std::int32_t> tokens = tok.encode(examples::read_text(o.data));
     const double fraction = io::metadata_double(file, "train.train_fraction", o.checkpoint);

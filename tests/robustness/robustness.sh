@@ -289,6 +289,8 @@ if [ -n "${bin[stolen_attention]:-}" ]; then
   expect 1 "stolen_attention: an earlier run's files are in the way \(s/st3/queries.csv, " -- "$S" "${st[@]}" --out s/st3
   expect 0 "wrote s/st3/" -- "$S" "${st[@]}" --out s/st3 --overwrite
   expect 2 "--sequences: 0 is outside \[1, 100000\]" -- "$S" a=guard/c/checkpoint.safetensors --data small.txt --out s/st4 --sequences 0
+  # A model of --tokenizer bpe reads the text with its own tokenizer.
+  expect 0 "wrote s/st5/" -- "$S" b=s/t4/checkpoint.safetensors --data small.txt --contexts 4 --sequences 2 --batch 2 --out s/st5
 fi
 if [ -n "${bin[value_aware]:-}" ]; then
   V=${bin[value_aware]}
@@ -302,6 +304,7 @@ if [ -n "${bin[value_aware]:-}" ]; then
   expect 1 "value_aware: an earlier run's files are in the way \(guard/c/log.csv\)" -- "$V" eval guard/c/checkpoint.safetensors --data small.txt --out guard/c/log.csv
   expect 1 "--out guard/c/log.csv is the file plot reads" -- "$V" plot guard/c/log.csv --out guard/c/log.csv --overwrite
   expect 2 "--windows: 0 is outside \[1, 1000000\]" -- "$V" eval guard/c/checkpoint.safetensors --windows 0
+  expect 0 "wrote s/v3.csv" -- "$V" eval s/t4/checkpoint.safetensors --data small.txt --out s/v3.csv --exact-only --windows 1
   # One writer per --out: while another process holds s/v2.csv.lock, a run into s/v2.csv is refused.
   if command -v flock > /dev/null; then
     flock -o s/v2.csv.lock sleep 4 > /dev/null 2>&1 &
