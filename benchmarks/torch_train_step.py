@@ -4,7 +4,9 @@ separate q/k/v/out projections with biases, exact-GELU MLP of width 4D, final La
 head), the same configurations, full training steps (forward, backward, clip_grad_norm_, AdamW
 with decay on matrices only), float32 on the CPU. Attention is nanoGPT's: on torch >= 2.0
 F.scaled_dot_product_attention (its fused CPU kernel), on older torch written out (masked_fill +
-softmax); --attention chooses, and --compile runs the model through torch.compile. --dropout P drops
+softmax); --attention chooses, and --compile runs the model through torch.compile; --autocast bf16
+runs the forward under torch.autocast on the CPU in bfloat16 (PyTorch's mixed precision: matrix
+products in bf16, the weights, the optimizer and reductions in float). --dropout P drops
 where attn's GPT does (and nanoGPT): the embeddings, the attention weights, and each residual
 branch before it is added.
 
@@ -102,6 +104,9 @@ def main():
                          "torch >= 2.0); default sdpa where torch has it")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (torch >= 2.0; compiled before the timing)")
+    ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                    help="bf16: the forward (and so its backward) under torch.autocast('cpu', "
+                         "dtype=torch.bfloat16); torch >= 1.10")
     ap.add_argument("--json", action="store_true",
                     help="one JSON object instead of the text lines (for vs_torch.py)")
     args = ap.parse_args()
@@ -126,7 +131,11 @@ def main():
     forward = torch.compile(model) if args.compile else model
 
     def step():
-        loss = forward(x, y)
+        if args.autocast == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = forward(x, y)
+        else:
+            loss = forward(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -144,13 +153,15 @@ def main():
     if args.json:
         print(json.dumps({"torch": torch.__version__, "config": args.config,
                           "attention": ATTENTION, "compile": args.compile,
+                          "autocast": args.autocast,
                           "dropout": args.dropout, "threads": args.threads, "steps": args.steps,
                           "tokens_per_s": tokens / secs,
                           "ms_per_step": 1e3 * secs / args.steps,
                           "loss": loss, "peak_rss_gib": peak}))
         return
     print(f"torch {torch.__version__} config {args.config} {c}, attention {ATTENTION}"
-          f"{' compiled' if args.compile else ''}, dropout {args.dropout:g}, "
+          f"{' compiled' if args.compile else ''}"
+          f"{', autocast bf16' if args.autocast == 'bf16' else ''}, dropout {args.dropout:g}, "
           f"{args.threads} threads, "
           f"{args.steps} steps\n  tokens/s {tokens / secs:.0f} | {1e3 * secs / args.steps:.1f} ms/step"
           f" | loss {loss:.4f} | peak RSS {peak:.2f} GiB")

@@ -48,6 +48,8 @@ run "vs_torch.py attention" "$py" "$src/benchmarks/vs_torch.py" attention --buil
   "${q[@]}" --lengths 32 --reps 1 --csv "$work/attention.csv"
 run "vs_torch.py train" "$py" "$src/benchmarks/vs_torch.py" train --build "$build" "${q[@]}" \
   --configs A --steps 1 --csv "$work/train.csv"
+run "torch_train_step.py --autocast bf16" "$py" "$src/benchmarks/torch_train_step.py" --config A \
+  --threads 1 --steps 1 --autocast bf16 --json
 run "vs_torch.py generate" "$py" "$src/benchmarks/vs_torch.py" generate --build "$build" \
   "${q[@]}" --configs A --prompt 4 --tokens 4 --csv "$work/generate.csv"
 for csv in attention train generate; do
