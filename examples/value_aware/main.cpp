@@ -147,6 +147,7 @@ template <class Attn>
 struct Evaluation {
   nn::GPT<Attn> model;
   std::string attention, label;
+  std::string unit;  // what a token is: "characters" or "tokens" (a BPE model's)
   Windows windows;
   index_t dh = 0;
 
@@ -165,15 +166,17 @@ struct Evaluation {
     const auto n_train = std::size_t(double(tokens.size()) * fraction);
     const std::vector<std::int32_t> val(tokens.begin() + std::ptrdiff_t(n_train), tokens.end());
     windows = make_windows(val, model.config().block_size, o.windows, o.batch);
+    unit = tok.unit();
   }
 
   void describe(const EvalOptions& o) const {
     std::printf(
         "value_aware: %s (%s attention), %lld layers, %lld heads of %lld, block %lld; "
-        "%zu windows, %lld scored characters, %d threads\n",
+        "%zu windows, %lld scored %s, %d threads\n",
         label.c_str(), attention.c_str(), (long long)model.config().layers,
         (long long)model.config().heads, (long long)dh, (long long)model.config().block_size,
-        windows.x.size() * std::size_t(o.batch), (long long)windows.scored, o.threads);
+        windows.x.size() * std::size_t(o.batch), (long long)windows.scored, unit.c_str(),
+        o.threads);
   }
 };
 
