@@ -229,12 +229,12 @@ int train(TrainOptions& o, attn::train::Settings& settings, attn::dist::DataPara
       o.data + " (with the vocabulary of " + (from_checkpoint ? source : o.data) + ")",
       [&] { return tok.encode(text); });
   const auto n_train = std::size_t(double(tokens.size()) * o.train_fraction);
-  const std::vector<std::int32_t> kept =
+  std::vector<std::int32_t> kept =
       attn::data::spread_sample(tokens, n_train, o.data_fraction, std::size_t(o.data_chunks));
   const std::size_t keep = kept.size();
-  tokens.erase(tokens.begin(), tokens.begin() + std::ptrdiff_t(n_train));
-  tokens.insert(tokens.begin(), kept.begin(), kept.end());
-  const auto batches = attn::data::TextBatches::split_at(std::move(tokens), index_t(keep));
+  kept.insert(kept.end(), tokens.begin() + std::ptrdiff_t(n_train), tokens.end());
+  std::vector<std::int32_t>().swap(tokens);  // the batches hold what is used of it
+  const auto batches = attn::data::TextBatches::split_at(std::move(kept), index_t(keep));
 
   if (from_checkpoint && io::metadata_string(resumed, "attention", source) != o.attention)
     throw attn::value_error("char_gpt: " + source + " was trained with --attention " +

@@ -444,7 +444,7 @@ class Settings {
                    "' is missing (", s.option(), " of the run)");
         if (fallback->second && !(s.given_ && s.on_resume_ == OnResume::may_change)) {
           if (s.given_ && s.text() != *fallback->second)
-            throw conflict(s, *fallback->second, source, allowed);
+            throw conflict(s, *fallback->second, source, resume_rule(allowed));
           take.emplace_back(&s, *fallback->second);
         }
         continue;
@@ -453,7 +453,7 @@ class Settings {
       const std::string why = s.parse(it->second, saved);
       ATTN_CHECK(why.empty(), io_error, source, ": metadata '", s.key_, "' = ", why);
       if (s.given_ && s.on_resume_ == OnResume::may_change) continue;
-      if (s.given_ && s.text() != saved) throw conflict(s, saved, source, allowed);
+      if (s.given_ && s.text() != saved) throw conflict(s, saved, source, resume_rule(allowed));
       take.emplace_back(&s, std::move(saved));
     }
     for (auto& [s, saved] : take) s->set_(saved);
@@ -473,9 +473,7 @@ class Settings {
       if (!s.given_) continue;
       std::string other;
       if (!s.parse(value, other).empty()) other = value;  // not a value of the row: as it is
-      if (s.text() != other)
-        throw value_error(s.option() + " " + s.text() + " conflicts with the run in " + source +
-                          ", which has " + s.option() + " " + other + ": " + std::string(why));
+      if (s.text() != other) throw conflict(s, other, source, why);
     }
   }
 
@@ -546,14 +544,16 @@ class Settings {
     return s;
   }
 
-  // "--lr 0.1 conflicts with the run in c, which has --lr 0.0006: a resumed run keeps its
-  // settings (--steps may change)".
+  // "--lr 0.1 conflicts with the run in c, which has --lr 0.0006: " and the rule broken.
   static value_error conflict(const Setting& s, const std::string& saved, const std::string& source,
-                              std::string_view allowed) {
+                              std::string_view rule) {
     return value_error(s.option() + " " + s.text() + " conflicts with the run in " + source +
-                       ", which has " + s.option() + " " + saved +
-                       ": a resumed run keeps its settings" +
-                       (allowed.empty() ? std::string() : " (" + std::string(allowed) + ")"));
+                       ", which has " + s.option() + " " + saved + ": " + std::string(rule));
+  }
+  // resume_from's rule: "a resumed run keeps its settings (--steps may change)".
+  static std::string resume_rule(std::string_view allowed) {
+    return "a resumed run keeps its settings" +
+           (allowed.empty() ? std::string() : " (" + std::string(allowed) + ")");
   }
 
   std::deque<Setting> table_;  // a deque: declaring more never moves a Setting already handed out
