@@ -30,7 +30,8 @@ shows.
 --pairs N (attention and train) then measures the ratio out of reach of drift over minutes: N
 pairs of one attn run and one run of each PyTorch combination that was best above, back to back
 (attn first in odd pairs, PyTorch first in even ones; attention with one timed run per figure),
-and prints each figure's ratio per pair as median (min-max), with the fused forward's share of
+and prints each figure's ratio per pair as median (min-max) against every way PyTorch computed it
+(written out, nn.MultiheadAttention, and SDPA on torch 2.x), with the fused forward's share of
 the pair's best SGEMM. A pair compares the two libraries within a minute or so, not two moments
 of the machine minutes apart. For attention it also prints what the algorithm leaves room for:
 attn's forward+backward FLOPs (3.5 times the forward's where the backward recomputes the scores
@@ -324,9 +325,10 @@ def attention_pairs(a, runs, rows):
     """--pairs: the attention ratios pair by pair (see the module's docstring)."""
     lengths = [int(t) for t in a.lengths.split(",")]
     cases = list(itertools.product(lengths, ("none", "causal")))
+    keys = attention_keys(runs)
     # Every combination that gave PyTorch's best for some figure above.
     combos = {best(runs, lambda r, T=T, m=m: case(r, T, m), k)[1][:2]
-              for T, m in cases for k in TORCH_ATTENTION_KEYS}
+              for T, m in cases for k in keys}
     got = pairs(a, combos,
                 lambda c: torch_run("torch_attention.py", ["--lengths", a.lengths, "--reps", "1"],
                                     c),
@@ -340,7 +342,7 @@ def attention_pairs(a, runs, rows):
                 x = case(r, T, mask)
                 rows.append({"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
                              "mask": mask, "pair": k, "sgemm_gflops": r[0]["sgemm_gflops"],
-                             **{key: x[key] for key in TORCH_ATTENTION_KEYS}})
+                             **{key: x[key] for key in keys}})
     print_attention_pairs(rows)
 
 
@@ -361,20 +363,25 @@ def print_attention_pairs(rows):
         return
     n = max(r["pair"] for r in rows)
     combos = sorted({r["combo"] for r in rows if r["who"] == "torch"})
+    # The ways every PyTorch row measured (SDPA where its torch has the fused kernel; a --csv
+    # file stores a missing figure as an empty field).
+    ways = [w for w in WAY_NAMES
+            if all(r.get(f"{w}_fb_ms") not in (None, "") for r in rows if r["who"] == "torch")]
+    head = " ".join(f"{WAY_NAMES[w] + ' ÷ attn':>20s}" for w in ways)
     print(f"\nIn {n} pairs (one timed run per side and figure, after a warm-up; PyTorch "
           f"{', '.join(combos)}, its best per figure and pair): ratios per pair, median (min-max)")
-    print("     T mask    | f+b: manual ÷ attn     MHA ÷ attn         | fwd: manual ÷ attn     "
-          "MHA ÷ attn         | attn fwd, % of the pair's best SGEMM")
+    print(f"     T mask    | f+b: {head[5:]} | fwd: {head[5:]} | attn fwd, % of the pair's best "
+          "SGEMM")
     cases = sorted({(r["T"], r["mask"]) for r in rows}, key=lambda c: (c[0], c[1] != "none"))
     room = []
     for T, mask in cases:
-        ratio = {key: [] for key in TORCH_ATTENTION_KEYS}
-        share, fb_share, ceiling = [], [], {key: [] for key in ("manual_fb_ms", "mha_fb_ms")}
+        ratio = {f"{w}_{f}_ms": [] for w in ways for f in ("fwd", "fb")}
+        share, fb_share, ceiling = [], [], {f"{w}_fb_ms": [] for w in ways}
         for k in range(1, n + 1):
             here = [r for r in rows if r["T"] == T and r["mask"] == mask and r["pair"] == k]
             o = next(r for r in here if r["who"] == "attn")
             theirs = [r for r in here if r["who"] == "torch"]
-            for key in TORCH_ATTENTION_KEYS:
+            for key in ratio:
                 attn_ms = o["fused_fb_ms" if key.endswith("fb_ms") else "fused_fwd_ms"]
                 ratio[key].append(min(r[key] for r in theirs) / attn_ms)
             top = max(r["sgemm_gflops"] for r in here)
@@ -383,18 +390,17 @@ def print_attention_pairs(rows):
             fb_share.append(100 * fb_at_sgemm_ms / o["fused_fb_ms"])
             for key in ceiling:
                 ceiling[key].append(min(r[key] for r in theirs) / fb_at_sgemm_ms)
-        print(f"{T:6d} {mask:8s}| {spread(ratio['manual_fb_ms']):>20s} "
-              f"{spread(ratio['mha_fb_ms']):>20s} | {spread(ratio['manual_fwd_ms']):>20s} "
-              f"{spread(ratio['mha_fwd_ms']):>20s} | {spread(share, ' %', 0)}")
+        fb = " ".join(f"{spread(ratio[f'{w}_fb_ms']):>20s}" for w in ways)
+        fwd = " ".join(f"{spread(ratio[f'{w}_fwd_ms']):>20s}" for w in ways)
+        print(f"{T:6d} {mask:8s}| {fb} | {fwd} | {spread(share, ' %', 0)}")
         room.append((T, mask, fb_share, ceiling))
     print("\nThe same pairs at the SGEMM rate: attn's f+b FLOPs (3 or 3.5 times the forward's) at "
           "the pair's best SGEMM rate, as a share of attn's f+b time, and the ratios attn would "
           "show there")
-    print("     T mask    | attn f+b, % of best SGEMM | f+b at that rate: manual ÷ attn   "
-          "MHA ÷ attn")
+    print(f"     T mask    | attn f+b, % of best SGEMM | f+b at that rate: {head.strip()}")
     for T, mask, fb_share, ceiling in room:
-        print(f"{T:6d} {mask:8s}| {spread(fb_share, ' %', 0):>25s} | "
-              f"{spread(ceiling['manual_fb_ms']):>30s} {spread(ceiling['mha_fb_ms']):>20s}")
+        at_rate = " ".join(f"{spread(ceiling[f'{w}_fb_ms']):>20s}" for w in ways)
+        print(f"{T:6d} {mask:8s}| {spread(fb_share, ' %', 0):>25s} | {at_rate}")
 
 
 def attention(a):
