@@ -7,6 +7,7 @@
     benchmarks/vs_torch.py train --avx2 --build build/release-avx2    # AVX2 code paths only
     benchmarks/vs_torch.py train --rounds 3    # on a machine whose speed drifts (see below)
     benchmarks/vs_torch.py attention --lengths 4096 --reps 3 --pairs 5    # ratios pair by pair
+    benchmarks/vs_torch.py generate --pairs 3    # generation's figures drift most
     benchmarks/vs_torch.py table --csv FILE    # the pairs tables again, from a --csv file
 
 PyTorch runs in a fresh process for every combination of its intra-op threads (torch
@@ -27,7 +28,7 @@ chance at the machine's fast moments (no guarantee: on that guest three rounds o
 each still caught one side slow in all three). The per-round figures are printed, so the drift
 shows.
 
---pairs N (attention and train) then measures the ratio out of reach of drift over minutes: N
+--pairs N (attention, train and generate) then measures the ratio out of reach of drift over minutes: N
 pairs of one attn run and one run of each PyTorch combination that was best above, back to back
 (attn first in odd pairs, PyTorch first in even ones; attention with one timed run per figure),
 and prints each figure's ratio per pair as median (min-max) against every way PyTorch computed it
@@ -518,10 +519,10 @@ def train(a):
     write_csv(a.csv, rows)
 
 
-def print_train_pairs(rows):
-    """The --pairs lines of the training comparison, from its measurement rows (those of one run,
-    or of its --csv file)."""
-    rows = [r for r in rows if r.get("what") == "train" and r.get("pair") not in (None, "")]
+def print_train_pairs(rows, what="train"):
+    """The --pairs lines of the training (or, with what="generate", generation) comparison, from
+    its measurement rows (those of one run, or of its --csv file)."""
+    rows = [r for r in rows if r.get("what") == what and r.get("pair") not in (None, "")]
     for cfg in sorted({r["config"] for r in rows}):
         mine = sorted((r for r in rows if r["config"] == cfg), key=lambda r: r["pair"])
         ours = [r["tokens_per_s"] for r in mine if r["who"] == "attn"]
@@ -533,20 +534,22 @@ def print_train_pairs(rows):
         # The most attn could show: the FLOPs its step performs in products, all at the SGEMM
         # rate bench_train_step measured in the same process (CSVs before it lack the column).
         ceiling = [r.get("at_sgemm_tokens_per_s") for r in mine if r["who"] == "attn"]
-        if all(isinstance(x, (int, float)) for x in ceiling):
+        if ceiling and all(isinstance(x, (int, float)) for x in ceiling):
             print(f"{'':6s} attn's tokens/s measured ÷ with every product at its SGEMM rate "
                   f"{spread([100 * t / x for t, x in zip(ours, ceiling)], ' %', 0)}; at that rate "
                   f"attn ÷ PyTorch {spread([x / r['tokens_per_s'] for x, r in zip(ceiling, theirs)])}")
 
 
 def table(a):
-    """Prints the --pairs tables again from a --csv file of vs_torch.py attention or train."""
+    """Prints the --pairs tables again from a --csv file of vs_torch.py attention, train or
+    generate."""
     with open(a.csv, newline="") as f:
         rows = [{k: number(v) for k, v in r.items()} for r in csv.DictReader(f)]
     if not any(r.get("pair") not in (None, "") for r in rows):
         sys.exit(f"vs_torch: {a.csv} has no --pairs measurements")
     print_attention_pairs(rows)
     print_train_pairs(rows)
+    print_train_pairs(rows, "generate")
 
 
 def number(v):
@@ -564,15 +567,13 @@ def generate(a):
     print(f"\n{cpu_line()}; attn {a.threads} threads; PyTorch ({PYTHON}) best of torch threads x "
           f"{variants_line()}; prompt {a.prompt}, {a.tokens} new tokens, KV cache on both sides")
     print(f"config | attn tokens/s | PyTorch {combo_header()} | best  | ratio")
+    later = []  # (config, PyTorch's best combination, arguments) for --pairs
     for cfg in a.configs.split(","):
+        gen_args = ["--config", cfg, "--prompt", str(a.prompt), "--tokens", str(a.tokens)]
         runs, outs = rounds(
-            a, lambda: torch_runs("torch_generate.py", ["--config", cfg, "--prompt",
-                                                        str(a.prompt), "--tokens", str(a.tokens)]),
-            lambda: bench(a.build, "generate", ["--config", cfg, "--threads", str(a.threads),
-                                                "--prompt", str(a.prompt), "--tokens",
-                                                str(a.tokens)]))
-        toks = [float(re.search(r"^\s+cache\s+([\d.]+) tokens/s", out, re.M).group(1))
-                for out in outs]
+            a, lambda: torch_runs("torch_generate.py", gen_args),
+            lambda: bench(a.build, "generate", gen_args + ["--threads", str(a.threads)]))
+        toks = [cache_tokens_per_s(out) for out in outs]
         tb, tc = best(runs, lambda r: r[0], "tokens_per_s", lower_is_better=False)
         each = combo_columns(runs, "tokens_per_s")
         print(f"{cfg:6s} | {max(toks):13.0f} | {each:>33s} | {tb:5.0f} {combo_name(tc)} | "
@@ -584,8 +585,25 @@ def generate(a):
                   "round": c[2], "tokens_per_s": r[0]["tokens_per_s"], "torch": r[0].get("torch"),
                   "attention": r[0].get("attention", "manual")} for c, r in runs.items()]
         last_runs = runs
+        if a.pairs:
+            later.append((cfg, tc, gen_args))
     print(peer_line(last_runs))
+    for cfg, tc, gen_args in later:
+        got = pairs(a, {tc[:2]}, lambda c: torch_run("torch_generate.py", gen_args, c),
+                    lambda: bench(a.build, "generate", gen_args + ["--threads", str(a.threads)]))
+        for k, (out, theirs) in enumerate(got, start=1):
+            (c, r), = theirs.items()
+            rows.append({"what": "generate", "who": "attn", "config": cfg, "threads": a.threads,
+                         "pair": k, "tokens_per_s": cache_tokens_per_s(out)})
+            rows.append({"what": "generate", "who": "torch", "config": cfg,
+                         "combo": combo_name(c), "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
+    print_train_pairs(rows, "generate")
     write_csv(a.csv, rows)
+
+
+def cache_tokens_per_s(out):
+    """Tokens/s of bench_generate's cached generation, from its output."""
+    return float(re.search(r"^\s+cache\s+([\d.]+) tokens/s", out, re.M).group(1))
 
 
 def main():
@@ -614,10 +632,9 @@ def main():
         p.add_argument("--rounds", type=int, default=1,
                        help="repeat the comparison, alternating which side goes first, and take "
                             "each side's best (default 1; see above)")
-        if name != "generate":
-            p.add_argument("--pairs", type=int, default=0,
-                           help="then compare attn and PyTorch's best combinations in N pairs "
-                                "of runs back to back, ratio per pair (default 0; see above)")
+        p.add_argument("--pairs", type=int, default=0,
+                       help="then compare attn and PyTorch's best combinations in N pairs of "
+                            "runs back to back, ratio per pair (default 0; see above)")
         if name == "attention":
             p.add_argument("--lengths", default="1024,4096")
             p.add_argument("--reps", type=int, default=5)
@@ -635,7 +652,8 @@ def main():
             p.add_argument("--prompt", type=int, default=16)
             p.add_argument("--tokens", type=int, default=256)
     p = sub.add_parser("table", help="print the --pairs tables of a --csv file again")
-    p.add_argument("--csv", required=True, help="a --csv file of attention or train --pairs")
+    p.add_argument("--csv", required=True,
+                   help="a --csv file of attention, train or generate --pairs")
     a = ap.parse_args()
     if a.what == "table":
         return table(a)

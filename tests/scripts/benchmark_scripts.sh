@@ -51,7 +51,7 @@ run "vs_torch.py train" "$py" "$src/benchmarks/vs_torch.py" train --build "$buil
 run "torch_train_step.py --autocast bf16" "$py" "$src/benchmarks/torch_train_step.py" --config A \
   --threads 1 --steps 1 --autocast bf16 --json
 run "vs_torch.py generate" "$py" "$src/benchmarks/vs_torch.py" generate --build "$build" \
-  "${q[@]}" --configs A --prompt 4 --tokens 4 --csv "$work/generate.csv"
+  "${q[@]}" --configs A --prompt 4 --tokens 4 --pairs 1 --csv "$work/generate.csv"
 for csv in attention train generate; do
   [[ -s "$work/$csv.csv" ]] || { echo "FAIL vs_torch.py $csv: no --csv file written"; failed=1; }
 done
