@@ -368,6 +368,8 @@ def print_attention_pairs(rows):
     # file stores a missing figure as an empty field).
     ways = [w for w in WAY_NAMES
             if all(r.get(f"{w}_fb_ms") not in (None, "") for r in rows if r["who"] == "torch")]
+    # One 20-wide column per way, as the rows below; "f+b: " and "fwd: " take the place of the
+    # first column's leading blanks.
     head = " ".join(f"{WAY_NAMES[w] + ' ÷ attn':>20s}" for w in ways)
     print(f"\nIn {n} pairs (one timed run per side and figure, after a warm-up; PyTorch "
           f"{', '.join(combos)}, its best per figure and pair): ratios per pair, median (min-max)")
@@ -515,13 +517,14 @@ def train(a):
                          "at_sgemm_tokens_per_s": ceiling})
             rows.append({"what": "train", "who": "torch", "config": cfg, "dropout": a.dropout,
                          "combo": combo_name(c), "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
-    print_train_pairs(rows)
+    print_ratio_pairs(rows)
     write_csv(a.csv, rows)
 
 
-def print_train_pairs(rows, what="train"):
-    """The --pairs lines of the training (or, with what="generate", generation) comparison, from
-    its measurement rows (those of one run, or of its --csv file)."""
+def print_ratio_pairs(rows, what="train"):
+    """The --pairs lines of the training (or, with what="generate", generation) comparison, attn's
+    tokens/s over PyTorch's per pair, from its measurement rows (those of one run, or of its --csv
+    file)."""
     rows = [r for r in rows if r.get("what") == what and r.get("pair") not in (None, "")]
     for cfg in sorted({r["config"] for r in rows}):
         mine = sorted((r for r in rows if r["config"] == cfg), key=lambda r: r["pair"])
@@ -548,8 +551,8 @@ def table(a):
     if not any(r.get("pair") not in (None, "") for r in rows):
         sys.exit(f"vs_torch: {a.csv} has no --pairs measurements")
     print_attention_pairs(rows)
-    print_train_pairs(rows)
-    print_train_pairs(rows, "generate")
+    print_ratio_pairs(rows)
+    print_ratio_pairs(rows, "generate")
 
 
 def number(v):
@@ -597,7 +600,7 @@ def generate(a):
                          "pair": k, "tokens_per_s": cache_tokens_per_s(out)})
             rows.append({"what": "generate", "who": "torch", "config": cfg,
                          "combo": combo_name(c), "pair": k, "tokens_per_s": r[0]["tokens_per_s"]})
-    print_train_pairs(rows, "generate")
+    print_ratio_pairs(rows, "generate")
     write_csv(a.csv, rows)
 
 
