@@ -3,11 +3,17 @@
 // forward+backward, with GFLOP/s next to this machine's SGEMM rate measured in the same run.
 //
 //   bench_attention [--threads N] [--lengths 256,1024,2048,4096] [--reps R]
+//                   [--score scaled_dot|alibi|rotary] [--kv-heads N]
 //   bench_attention --memory T [--threads N]
 //   bench_attention --plans [--threads N] [--lengths ...] [--reps R]
 //   bench_attention --exp [--reps R]
 //   bench_attention --gpt [--threads N] [--reps R]
 //
+// --score picks the score: the scaled dot product (default); ALiBi's, the scaled dot product plus
+// −m_h |i − j| inside the fused kernel ("Train Short, Test Long", Press, Smith and Lewis); or
+// rotary ("RoFormer", Su et al.; adjacent pairs, base 10000), q and k rotated on the tape before
+// the scaled dot product, the rotations timed with the attention. --kv-heads N gives k and v N
+// heads of the 8 (N divides 8; grouped-query attention, "GQA", Ainslie et al.; 1: multi-query).
 // FLOPs counted as 4·T²·Dh·H for the full forward (two GEMMs) and half that when causal; the
 // backward is not counted (forward+backward columns are times only). --memory measures, first
 // thing in a fresh process, how far one fused forward (no gradient) and then one materialised
@@ -67,24 +73,33 @@ double sgemm_gflops(int reps) {
 
 constexpr attn::index_t B = 1, H = 8, Dh = 64;
 
-// Random normal q, k, v [B, H, T, Dh].
-std::array<attn::Tensor<float>, 3> inputs(attn::index_t T) {
+// Random normal q [B, H, T, Dh], k and v [B, kv_heads, T, Dh].
+std::array<attn::Tensor<float>, 3> inputs(attn::index_t T, attn::index_t kv_heads = H) {
   attn::Rng rng(2);
   return {attn::Tensor<float>::randn({B, H, T, Dh}, rng),
-          attn::Tensor<float>::randn({B, H, T, Dh}, rng),
-          attn::Tensor<float>::randn({B, H, T, Dh}, rng)};
+          attn::Tensor<float>::randn({B, kv_heads, T, Dh}, rng),
+          attn::Tensor<float>::randn({B, kv_heads, T, Dh}, rng)};
 }
 
-template <class Mask>
-void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate) {
-  const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
+// The scores --score picks: the attention operator's score policy, and whether q and k are
+// rotated first.
+enum class ScoreChoice { scaled_dot, alibi, rotary };
+
+template <class Score, class Mask>
+void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate, attn::index_t kv_heads,
+         bool rotary) {
+  const auto in = inputs(T, kv_heads);  // not a structured binding: lambdas capture q, k, v
   const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
   auto time = [&](bool materialized, bool backward) {
-    const attn::Attention<attn::score::ScaledDot, attn::kernel::Softmax, Mask> op;
+    const attn::Attention<Score, attn::kernel::Softmax, Mask> op;
     return median_ms(reps, [&] {
       tape.clear();
       auto qv = tape.leaf(q, backward), kv = tape.leaf(k, backward), vv = tape.leaf(v, backward);
+      if (rotary) {
+        qv = attn::rotary_rotation(qv, 0);
+        kv = attn::rotary_rotation(kv, 0);
+      }
       auto o = materialized ? op.materialized(qv, kv, vv) : op(qv, kv, vv);
       if (backward) tape.backward(attn::sum(o));
     });
@@ -242,12 +257,25 @@ int gpt_attention(int reps) {
   return 0;
 }
 
+// The forward and forward + backward rows of every length, unmasked and causal, for one score.
+template <class Score>
+void run_lengths(const std::vector<attn::index_t>& lengths, int reps, double rate,
+                 attn::index_t kv_heads, bool rotary) {
+  for (const attn::index_t t : lengths) {
+    run<Score, attn::mask::None>(t, reps, "none", rate, kv_heads, rotary);
+    run<Score, attn::mask::Causal>(t, reps, "causal", rate, kv_heads, rotary);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   std::vector<attn::index_t> lengths{256, 1024, 2048, 4096};
   attn::index_t memory_length = 0;
+  attn::index_t kv_heads = H;
+  ScoreChoice score = ScoreChoice::scaled_dot;
+  std::string score_name = "scaled_dot";
   bool plans = false, exp = false, gpt = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -261,6 +289,26 @@ int main(int argc, char** argv) {
       gpt = true;
     } else if (a == "--memory" && i + 1 < argc) {
       memory_length = std::atoll(argv[++i]);
+    } else if (a == "--kv-heads" && i + 1 < argc) {
+      kv_heads = std::atoll(argv[++i]);
+      if (kv_heads < 1 || H % kv_heads != 0) {
+        std::fprintf(stderr, "%s: --kv-heads %s must divide the %lld heads\n", argv[0], argv[i],
+                     static_cast<long long>(H));
+        return 2;
+      }
+    } else if (a == "--score" && i + 1 < argc) {
+      score_name = argv[++i];
+      if (score_name == "scaled_dot") {
+        score = ScoreChoice::scaled_dot;
+      } else if (score_name == "alibi") {
+        score = ScoreChoice::alibi;
+      } else if (score_name == "rotary") {
+        score = ScoreChoice::rotary;
+      } else {
+        std::fprintf(stderr, "%s: --score %s is not scaled_dot, alibi or rotary\n", argv[0],
+                     score_name.c_str());
+        return 2;
+      }
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--lengths" && i + 1 < argc) {
@@ -272,8 +320,9 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--plans] [--threads N] [--lengths 256,1024] [--reps R] | --memory T | "
-          "--exp [--reps R] | --gpt [--threads N] [--reps R]\n",
+          "usage: %s [--plans] [--threads N] [--lengths 256,1024] [--reps R] [--score "
+          "scaled_dot|alibi|rotary] [--kv-heads N] | --memory T | --exp [--reps R] | --gpt "
+          "[--threads N] [--reps R]\n",
           argv[0]);
       return 2;
     }
@@ -296,14 +345,22 @@ int main(int argc, char** argv) {
   }
   const double rate = sgemm_gflops(reps);
   std::printf(
-      "attention, float, B = 1, H = 8, Dh = 64, %d threads; SGEMM (attn::gemm, n = 2048): %.1f "
-      "GFLOP/s, %s\n",
-      threads, rate, attn::gemm_backend_name().c_str());
+      "attention, float, B = 1, H = 8, Dh = 64, score %s, %lld key/value heads, %d threads; SGEMM "
+      "(attn::gemm, n = 2048): %.1f GFLOP/s, %s\n",
+      score_name.c_str(), static_cast<long long>(kv_heads), threads, rate,
+      attn::gemm_backend_name().c_str());
   std::printf(
       "     T mask    |  fused ms  GFLOP/s %%GEMM | fused f+b | plain ms GFLOP/s | plain f+b | "
       "speedup fwd, f+b\n");
-  for (const attn::index_t t : lengths) {
-    run<attn::mask::None>(t, reps, "none", rate);
-    run<attn::mask::Causal>(t, reps, "causal", rate);
+  switch (score) {
+    case ScoreChoice::scaled_dot:
+      run_lengths<attn::score::ScaledDot>(lengths, reps, rate, kv_heads, false);
+      break;
+    case ScoreChoice::alibi:
+      run_lengths<attn::score::Alibi>(lengths, reps, rate, kv_heads, false);
+      break;
+    case ScoreChoice::rotary:
+      run_lengths<attn::score::ScaledDot>(lengths, reps, rate, kv_heads, true);
+      break;
   }
 }

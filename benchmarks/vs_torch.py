@@ -7,6 +7,7 @@
     benchmarks/vs_torch.py train --avx2 --build build/release-avx2    # AVX2 code paths only
     benchmarks/vs_torch.py train --rounds 3    # on a machine whose speed drifts (see below)
     benchmarks/vs_torch.py attention --lengths 4096 --reps 3 --pairs 5    # ratios pair by pair
+    benchmarks/vs_torch.py attention --score alibi --kv-heads 2    # ALiBi, grouped-query heads
     benchmarks/vs_torch.py generate --pairs 3    # generation's figures drift most
     benchmarks/vs_torch.py table --csv FILE    # the pairs tables again, from a --csv file
 
@@ -32,7 +33,8 @@ shows.
 pairs of one attn run and one run of each PyTorch combination that was best above, back to back
 (attn first in odd pairs, PyTorch first in even ones; attention with one timed run per figure),
 and prints each figure's ratio per pair as median (min-max) against every way PyTorch computed it
-(written out, nn.MultiheadAttention, and SDPA on torch 2.x), with the fused forward's share of
+(written out, nn.MultiheadAttention, SDPA on torch 2.x, FlexAttention's compiled forward on 2.5
+and later), with the fused forward's share of
 the pair's best SGEMM. A pair compares the two libraries within a minute or so, not two moments
 of the machine minutes apart. For attention it also prints what the algorithm leaves room for:
 attn's forward+backward FLOPs (3.5 times the forward's where the backward recomputes the scores
@@ -53,6 +55,10 @@ The PyTorch scripts (torch_attention.py, torch_train_step.py, torch_generate.py)
 in build/oracle-venv (benchmarks/peers/setup.sh; there they use F.scaled_dot_product_attention,
 torch_attention.py adds its rows, and train --torch-compile compiles the model;
 benchmarks/peers/compare.sh runs the whole comparison for both). attn does not depend on them.
+
+attention --score alibi|rotary and --kv-heads N (grouped-query attention) set both sides' score
+and key/value heads (bench_attention and torch_attention.py say how each side computes them);
+nn.MultiheadAttention then drops out, the other ways stay.
 """
 import argparse
 import csv
@@ -302,19 +308,32 @@ def parse_bench_attention(out):
     return sgemm, ours
 
 
-# torch_attention.py's figures for each (T, mask) case.
-TORCH_ATTENTION_KEYS = ("manual_fwd_ms", "manual_fb_ms", "mha_fwd_ms", "mha_fb_ms")
-# torch >= 2.0 adds its fused kernel (torch_attention.py's F.scaled_dot_product_attention).
-SDPA_KEYS = ("sdpa_fwd_ms", "sdpa_fb_ms")
-WAY_NAMES = {"manual": "manual", "mha": "nn.MHA", "sdpa": "SDPA"}
+# The ways torch_attention.py computes attention, each with a forward figure ("<way>_fwd_ms") and
+# all but FlexAttention (forward only on the CPU) a forward+backward one ("<way>_fb_ms"): the
+# written-out formula always, nn.MultiheadAttention for the plain score with as many key/value
+# heads as query heads, F.scaled_dot_product_attention on torch >= 2.0, FlexAttention on >= 2.5.
+WAY_NAMES = {"manual": "manual", "mha": "nn.MHA", "sdpa": "SDPA", "flex": "Flex"}
 
 
 def attention_keys(runs):
-    """The figures every PyTorch run of torch_attention.py gave: TORCH_ATTENTION_KEYS, and
-    SDPA_KEYS where its torch has the fused kernel."""
+    """The figures every PyTorch run of torch_attention.py gave for every case, in WAY_NAMES'
+    order, each way's forward before its forward+backward."""
     cases = [x for r in runs.values() for x in r if "T" in x]
-    return TORCH_ATTENTION_KEYS + (SDPA_KEYS if all(k in x for x in cases for k in SDPA_KEYS)
-                                   else ())
+    return tuple(f"{w}_{f}_ms" for w in WAY_NAMES for f in ("fwd", "fb")
+                 if cases and all(f"{w}_{f}_ms" in x for x in cases))
+
+
+def attention_args(a, reps):
+    """The arguments bench_attention and torch_attention.py share."""
+    return ["--lengths", a.lengths, "--reps", str(reps), "--score", a.score,
+            "--kv-heads", str(a.kv_heads)]
+
+
+def attention_setting(rows):
+    """'score S, N key/value heads' of an attention run's rows (older --csv files: the plain score
+    and 8)."""
+    r = next((r for r in rows if r.get("what") == "attention"), {})
+    return (f"score {r.get('score') or 'scaled_dot'}, {r.get('kv_heads') or 8} key/value heads of 8")
 
 
 def case(r, T, mask):
@@ -331,19 +350,20 @@ def attention_pairs(a, runs, rows):
     combos = {best(runs, lambda r, T=T, m=m: case(r, T, m), k)[1][:2]
               for T, m in cases for k in keys}
     got = pairs(a, combos,
-                lambda c: torch_run("torch_attention.py", ["--lengths", a.lengths, "--reps", "1"],
-                                    c),
+                lambda c: torch_run("torch_attention.py", attention_args(a, 1), c),
                 lambda: parse_bench_attention(bench(a.build, "attention", [
-                    "--threads", str(a.threads), "--lengths", a.lengths, "--reps", "1"])))
+                    "--threads", str(a.threads), *attention_args(a, 1)])))
+    setting = {"score": a.score, "kv_heads": a.kv_heads}
     for k, ((sgemm, ours), theirs) in enumerate(got, start=1):
         for T, mask in cases:
             rows.append({"what": "attention", "who": "attn", "threads": a.threads, "T": T,
-                         "mask": mask, "pair": k, "sgemm_gflops": sgemm, **ours[(T, mask)]})
+                         "mask": mask, "pair": k, "sgemm_gflops": sgemm, **setting,
+                         **ours[(T, mask)]})
             for c, r in theirs.items():
                 x = case(r, T, mask)
                 rows.append({"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
                              "mask": mask, "pair": k, "sgemm_gflops": r[0]["sgemm_gflops"],
-                             **{key: x[key] for key in keys}})
+                             **setting, **{key: x[key] for key in keys}})
     print_attention_pairs(rows)
 
 
@@ -364,22 +384,28 @@ def print_attention_pairs(rows):
         return
     n = max(r["pair"] for r in rows)
     combos = sorted({r["combo"] for r in rows if r["who"] == "torch"})
-    # The ways every PyTorch row measured (SDPA where its torch has the fused kernel; a --csv
-    # file stores a missing figure as an empty field).
-    ways = [w for w in WAY_NAMES
-            if all(r.get(f"{w}_fb_ms") not in (None, "") for r in rows if r["who"] == "torch")]
+    torch_rows = [r for r in rows if r["who"] == "torch"]
+
+    def measured(key):  # a --csv file stores a missing figure as an empty field
+        return all(r.get(key) not in (None, "") for r in torch_rows)
+
+    # The ways every PyTorch row measured, and those of them with a forward+backward figure.
+    ways = [w for w in WAY_NAMES if measured(f"{w}_fwd_ms")]
+    fb_ways = [w for w in ways if measured(f"{w}_fb_ms")]
     # One 20-wide column per way, as the rows below; "f+b: " and "fwd: " take the place of the
     # first column's leading blanks.
+    fb_head = " ".join(f"{WAY_NAMES[w] + ' ÷ attn':>20s}" for w in fb_ways)
     head = " ".join(f"{WAY_NAMES[w] + ' ÷ attn':>20s}" for w in ways)
-    print(f"\nIn {n} pairs (one timed run per side and figure, after a warm-up; PyTorch "
-          f"{', '.join(combos)}, its best per figure and pair): ratios per pair, median (min-max)")
-    print(f"     T mask    | f+b: {head[5:]} | fwd: {head[5:]} | attn fwd, % of the pair's best "
+    print(f"\nIn {n} pairs ({attention_setting(rows)}; one timed run per side and figure, after a "
+          f"warm-up; PyTorch {', '.join(combos)}, its best per figure and pair): ratios per pair, "
+          "median (min-max)")
+    print(f"     T mask    | f+b: {fb_head[5:]} | fwd: {head[5:]} | attn fwd, % of the pair's best "
           "SGEMM")
     cases = sorted({(r["T"], r["mask"]) for r in rows}, key=lambda c: (c[0], c[1] != "none"))
     room = []
     for T, mask in cases:
-        ratio = {f"{w}_{f}_ms": [] for w in ways for f in ("fwd", "fb")}
-        share, fb_share, ceiling = [], [], {f"{w}_fb_ms": [] for w in ways}
+        ratio = {**{f"{w}_fb_ms": [] for w in fb_ways}, **{f"{w}_fwd_ms": [] for w in ways}}
+        share, fb_share, ceiling = [], [], {f"{w}_fb_ms": [] for w in fb_ways}
         for k in range(1, n + 1):
             here = [r for r in rows if r["T"] == T and r["mask"] == mask and r["pair"] == k]
             o = next(r for r in here if r["who"] == "attn")
@@ -393,25 +419,25 @@ def print_attention_pairs(rows):
             fb_share.append(100 * fb_at_sgemm_ms / o["fused_fb_ms"])
             for key in ceiling:
                 ceiling[key].append(min(r[key] for r in theirs) / fb_at_sgemm_ms)
-        fb = " ".join(f"{spread(ratio[f'{w}_fb_ms']):>20s}" for w in ways)
+        fb = " ".join(f"{spread(ratio[f'{w}_fb_ms']):>20s}" for w in fb_ways)
         fwd = " ".join(f"{spread(ratio[f'{w}_fwd_ms']):>20s}" for w in ways)
         print(f"{T:6d} {mask:8s}| {fb} | {fwd} | {spread(share, ' %', 0)}")
         room.append((T, mask, fb_share, ceiling))
     print("\nThe same pairs at the SGEMM rate: attn's f+b FLOPs (3 or 3.5 times the forward's) at "
           "the pair's best SGEMM rate, as a share of attn's f+b time, and the ratios attn would "
           "show there")
-    print(f"     T mask    | attn f+b, % of best SGEMM | f+b at that rate: {head.strip()}")
+    print(f"     T mask    | attn f+b, % of best SGEMM | f+b at that rate: {fb_head.strip()}")
     for T, mask, fb_share, ceiling in room:
-        at_rate = " ".join(f"{spread(ceiling[f'{w}_fb_ms']):>20s}" for w in ways)
+        at_rate = " ".join(f"{spread(ceiling[f'{w}_fb_ms']):>20s}" for w in fb_ways)
         print(f"{T:6d} {mask:8s}| {spread(fb_share, ' %', 0):>25s} | {at_rate}")
 
 
 def attention(a):
     lengths = [int(t) for t in a.lengths.split(",")]
     runs, outs = rounds(
-        a, lambda: torch_runs("torch_attention.py", ["--lengths", a.lengths, "--reps", str(a.reps)]),
+        a, lambda: torch_runs("torch_attention.py", attention_args(a, a.reps)),
         lambda: parse_bench_attention(bench(a.build, "attention", [
-            "--threads", str(a.threads), "--lengths", a.lengths, "--reps", str(a.reps)])))
+            "--threads", str(a.threads), *attention_args(a, a.reps)])))
     # attn's best over the rounds, figure by figure.
     attn_sgemm = max(sgemm for sgemm, _ in outs)
     ours = {}
@@ -423,6 +449,7 @@ def attention(a):
                      "fused_fb_ms": min(x["fused_fb_ms"] for x in each)}
     sgemm, sgemm_combo = best(runs, lambda r: r[0], "sgemm_gflops", lower_is_better=False)
     best_sgemm = max(sgemm, attn_sgemm)
+    setting = {"score": a.score, "kv_heads": a.kv_heads}
     rows = [{"what": "sgemm", "who": "attn", "threads": a.threads, "gflops": s, "round": k + 1}
             for k, (s, _) in enumerate(outs)]
     rows += [{"what": "sgemm", "who": "torch", "combo": combo_name(c), "round": c[2],
@@ -431,11 +458,14 @@ def attention(a):
           f"{variants_line()}")
     print(f"SGEMM n = 2048: attn::gemm {attn_sgemm:.1f} GFLOP/s, PyTorch {sgemm:.1f} "
           f"({combo_name(sgemm_combo)})")
+    print(f"attention, {attention_setting([{'what': 'attention', **setting}])}")
     keys = attention_keys(runs)
-    ways = [k[:-len("_fwd_ms")] for k in keys[::2]]
+    ways = [k[:-len("_fwd_ms")] for k in keys if k.endswith("_fwd_ms")]
+    fb_ways = [k[:-len("_fb_ms")] for k in keys if k.endswith("_fb_ms")]
     print("     T mask    | attn fwd   f+b | "
-          + " | ".join(f"{WAY_NAMES[w] + ' fwd':>10s} (t/b)    f+b (t/b)  " for w in ways)
-          + " | f+b: " + " ".join(f"{WAY_NAMES[w]:>6s}" for w in ways)
+          + " | ".join(f"{WAY_NAMES[w] + ' fwd':>10s} (t/b) " + (
+              "   f+b (t/b)  " if w in fb_ways else "") for w in ways)
+          + " | f+b: " + " ".join(f"{WAY_NAMES[w]:>6s}" for w in fb_ways)
           + " | fwd: " + " ".join(f"{WAY_NAMES[w]:>6s}" for w in ways) + " | fwd % best SGEMM")
     for T, mask in itertools.product(lengths, ("none", "causal")):
         o = ours[(T, mask)]
@@ -445,18 +475,18 @@ def attention(a):
 
         f = {k: best(runs, select, k) for k in keys}
         theirs = " | ".join(
-            " ".join(f"{f[k][0]:8.1f} ({combo_name(f[k][1])})" for k in keys[i:i + 2])
-            for i in range(0, len(keys), 2))
-        fb = " ".join(f"{f[w + '_fb_ms'][0] / o['fused_fb_ms']:6.2f}x" for w in ways)
+            " ".join(f"{f[k][0]:8.1f} ({combo_name(f[k][1])})"
+                     for k in (f"{w}_fwd_ms", f"{w}_fb_ms") if k in f) for w in ways)
+        fb = " ".join(f"{f[w + '_fb_ms'][0] / o['fused_fb_ms']:6.2f}x" for w in fb_ways)
         fwd = " ".join(f"{f[w + '_fwd_ms'][0] / o['fused_fwd_ms']:6.2f}x" for w in ways)
         print(f"{T:6d} {mask:8s}| {o['fused_fwd_ms']:8.1f} {o['fused_fb_ms']:5.1f} | {theirs} | "
               f"     {fb} |      {fwd} | {100 * o['fused_gflops'] / best_sgemm:13.0f} %")
         rows += [{"what": "attention", "who": "attn", "threads": a.threads, "T": T, "mask": mask,
-                  "round": k + 1, **o[(T, mask)]} for k, (_, o) in enumerate(outs)]
+                  "round": k + 1, **setting, **o[(T, mask)]} for k, (_, o) in enumerate(outs)]
         for c, r in runs.items():
             x = select(r)
             rows.append({"what": "attention", "who": "torch", "combo": combo_name(c), "T": T,
-                         "mask": mask, "round": c[2], **{k: x[k] for k in keys}})
+                         "mask": mask, "round": c[2], **setting, **{k: x[k] for k in keys}})
     print_rounds("SGEMM GFLOP/s", [s for s, _ in outs],
                  round_best(runs, a.rounds, "sgemm_gflops"))
     if a.pairs:
@@ -641,6 +671,11 @@ def main():
         if name == "attention":
             p.add_argument("--lengths", default="1024,4096")
             p.add_argument("--reps", type=int, default=5)
+            p.add_argument("--score", choices=("scaled_dot", "alibi", "rotary"),
+                           default="scaled_dot",
+                           help="the score on both sides (bench_attention --score)")
+            p.add_argument("--kv-heads", type=int, default=8,
+                           help="key/value heads of the 8 (grouped-query attention; divides 8)")
         else:
             p.add_argument("--configs", default="A,B")
         if name == "train":
@@ -662,6 +697,8 @@ def main():
         return table(a)
     if a.rounds < 1:
         ap.error(f"--rounds must be at least 1, got {a.rounds}")
+    if a.what == "attention" and (a.kv_heads < 1 or 8 % a.kv_heads):
+        ap.error(f"--kv-heads must divide the 8 heads, got {a.kv_heads}")
     if getattr(a, "pairs", 0) < 0:
         ap.error(f"--pairs must be 0 or more, got {a.pairs}")
     if not 0.0 <= getattr(a, "dropout", 0.0) <= 0.95:

@@ -46,6 +46,8 @@ q=(--others 64 --threads 1)
 run "quiet_run.py" "$py" "$src/benchmarks/quiet_run.py" --others 64 --tries 1 --wait 1 -- true
 run "vs_torch.py attention" "$py" "$src/benchmarks/vs_torch.py" attention --build "$build" \
   "${q[@]}" --lengths 32 --reps 1 --pairs 1 --csv "$work/attention.csv"
+run "vs_torch.py attention --score alibi --kv-heads 2" "$py" "$src/benchmarks/vs_torch.py" \
+  attention --build "$build" "${q[@]}" --lengths 32 --reps 1 --pairs 1 --score alibi --kv-heads 2
 run "vs_torch.py train" "$py" "$src/benchmarks/vs_torch.py" train --build "$build" "${q[@]}" \
   --configs A --steps 1 --pairs 1 --csv "$work/train.csv"
 run "torch_train_step.py --autocast bf16" "$py" "$src/benchmarks/torch_train_step.py" --config A \
@@ -63,10 +65,11 @@ if [[ -x "$venv" ]]; then
     --corpus "$work/small.txt" --vocab 300 --reps 1
   run "hf_generate.py" "$venv" "$src/benchmarks/hf_generate.py" \
     --model "$src/benchmarks/hf_shapes/gpt2-124m" --threads 1 --prompt 4 --tokens 2 --reps 1
-  # PyPI's torch: the SDPA figures (in the pairs tables too), a preloaded allocator, torch.compile.
+  # PyPI's torch: the SDPA and FlexAttention figures (in the pairs tables too), SDPA's grouped
+  # query heads, a preloaded allocator, torch.compile.
   run "vs_torch.py attention (PyPI torch)" "$venv" "$src/benchmarks/vs_torch.py" attention \
     --build "$build" "${q[@]}" --python "$venv" --openblas-threads 1 --allocators tcmalloc \
-    --lengths 32 --reps 1 --pairs 1
+    --lengths 32 --reps 1 --pairs 1 --score rotary --kv-heads 4
   run "torch_train_step.py --compile (PyPI torch)" "$venv" "$src/benchmarks/torch_train_step.py" \
     --config A --threads 1 --steps 1 --compile --json
 else
