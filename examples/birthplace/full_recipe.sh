@@ -27,8 +27,9 @@
 #
 # Where the kernel groups processes by session (sched_autogroup_enabled = 1, the default of many
 # distributions), setsid starts a new group that gets as much CPU as all the others together, nice
-# or not: the study then halves the speed of everything else. So the script lowers its own group's
-# priority (/proc/self/autogroup) to nice 19: it takes only what the other programs leave.
+# or not: the study then halves the speed of everything else. So the script, when it leads its own
+# session, lowers its group's priority to nice 19 (examples/common/session_priority.sh): it takes
+# only what the other programs leave.
 #
 # Variables: RECIPE (attn: attn's defaults; course: the problem set's code where attn chooses
 # otherwise, --init mingpt --decay-rule mingpt --order sequential, in every pretraining and
@@ -108,7 +109,8 @@ if [[ ${1:-} == keep ]]; then
 fi
 
 mkdir -p "$OUT" runs/bin
-if [[ -w /proc/self/autogroup ]]; then echo 19 > /proc/self/autogroup || true; fi
+source examples/common/session_priority.sh
+session_priority 19
 
 # One study at a time: a second start waits for nothing and says so.
 exec 9>>"$OUT/lock"

@@ -7,6 +7,10 @@
 
 _job_pids=()
 
+# A study started with `setsid nice -n N` runs at nice N against the other sessions too.
+source "$(dirname "${BASH_SOURCE[0]}")/session_priority.sh"
+session_priority
+
 # job_start COMMAND [ARGS...]: start it in the background once fewer than JOBS (default 2) run.
 job_start() {
   while (($(jobs -rp | wc -l) >= ${JOBS:-2})); do wait -n || true; done
