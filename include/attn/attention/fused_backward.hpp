@@ -26,8 +26,12 @@ namespace attn {
 // shape alone (never by thread count, so results do not depend on it):
 //   weights: saved by the forward when a gradient is needed and B·H·Tq·Tk <=
 //            attn_saved_weights_limit, else recomputed per tile from the saved log-sum-exp;
-//   passes:  one pass per (batch, key/value head) when B·Hk >= attn_single_pass_min_tasks, else
-//            two passes (dQ by query tile, then dK and dV by key tile: more parallel tasks).
+//   passes:  one pass per (batch, key/value head) when B·Hk >= attn_single_pass_min_tasks; for
+//            grouped-query heads with fewer, one pass per (batch, query head) when B·H reaches
+//            that count and the heads' separate dK and dV sums, B·H·Tk·(Dh + Dv + 1) values, fit
+//            in attn_saved_weights_limit (they are added over the group in head order after);
+//            else two passes (dQ by query tile, then dK and dV by key tile: more parallel tasks,
+//            but P and dS made twice).
 // The forced choices exist for tests and benchmarks; they change rounding, not results.
 enum class BackwardWeights { automatic, saved, recomputed };
 enum class BackwardPasses { automatic, single, two };
@@ -39,7 +43,8 @@ struct AttentionBackward {
 // Weights are kept for backward up to this many elements B·H·Tq·Tk (16 MiB in float): GPT
 // training at block 128 (B = 32, 8 heads) is exactly this size.
 inline constexpr index_t attn_saved_weights_limit = index_t{1} << 22;
-// The single-pass backward has B·Hk parallel tasks; below this count it would idle threads.
+// The single-pass backward has B·Hk (or B·H) parallel tasks; below this count it would idle
+// threads.
 inline constexpr index_t attn_single_pass_min_tasks = 4;
 
 namespace detail {
@@ -77,9 +82,12 @@ struct TileSums {
 //   pass 4  write_kv, write_q  the sums, scaled by alpha (and dK's 2 beta_k colsum ∘ k), into the
 //                         gradients.
 // The walks choose which tiles one task sees: by_key_head (one task per (b, key/value head),
-// every tile of its query heads once, P and dS made once per tile) or by_query_tile then
-// by_key_tile (dQ, then dK and dV: P and dS made twice). A task owns the gradient rows it
-// writes, so no two tasks write the same row and every sum runs in a fixed order.
+// every tile of its query heads once, P and dS made once per tile), by_query_head (the same with
+// one task per (b, query head), its dK and dV apart, then added over the group in head order), or
+// by_query_tile then by_key_tile (dQ, then dK and dV: P and dS made twice). A task owns the
+// gradient rows it writes, so no two tasks write the same row and every sum runs in a fixed
+// order. by_key_head and the two-pass walks add the same products in the same order (equal bits);
+// by_query_head adds each head's sum instead.
 template <class T, ScorePolicy Score, MaskPolicy Mask>
 class FusedBackward {
  public:
@@ -159,6 +167,64 @@ class FusedBackward {
               write_kv(b, hk, j0, std::min(attn_key_tile, g_.Tk - j0),
                        dk ? dk + j0 * ldk_ : nullptr, dv ? dv + j0 * ldv_ : nullptr, colsum + j0);
         });
+  }
+
+  // The single-pass walk for grouped-query heads when B·Hk is below the task count: one task per
+  // (b, query head), every tile of it once, its dK, dV and dS column sums kept apart per head;
+  // then one task per (b, key/value head, key tile) adds them over the group in head order.
+  void by_query_head() const {
+    const index_t qtiles = block_count(g_.Tq, attn_query_tile), ktiles = key_tiles();
+    const index_t heads = g_.B * g_.H;
+    // Per (b, h): dK [Tk, ldk], dV [Tk, ldv], the column sums [Tk] and which key tiles it reached.
+    const index_t per_head = g_.Tk * ((x_.dk ? ldk_ : 0) + (x_.dv ? ldv_ : 0) + 1);
+    std::vector<T> sums(static_cast<std::size_t>(heads * per_head));
+    std::vector<unsigned char> started(static_cast<std::size_t>(heads * ktiles), 0);
+    auto head_sums = [&](index_t bh) {
+      T* base = sums.data() + bh * per_head;
+      T* dk = x_.dk ? base : nullptr;
+      T* dv = x_.dv ? base + (x_.dk ? g_.Tk * ldk_ : 0) : nullptr;
+      return TileSums<T>{dk, dv, base + per_head - g_.Tk, nullptr};
+    };
+    parallel_for(heads, tile_cost() * double(qtiles * ktiles), [&](index_t bh) {
+      const index_t h = bh % g_.H, b = bh / g_.H;
+      AttentionScratch<T>& sc = scratch();
+      const TileSums<T> mine = head_sums(bh);
+      std::fill_n(mine.colsum, g_.Tk, T{0});
+      unsigned char* reached = started.data() + bh * ktiles;
+      TileWeights<T> w;
+      for (index_t i0 = 0; i0 < g_.Tq; i0 += attn_query_tile) {
+        const index_t br = std::min(attn_query_tile, g_.Tq - i0);
+        T* dq = x_.dq ? sized(sc.dq, br * ldk_) : nullptr;
+        bool q_started = false;
+        for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
+          const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
+          if (!tile_weights(sc, t, w)) continue;
+          bias_gradient(sc, t, 0, 1);
+          unsigned char& kv_started = reached[tile_index(j0)];
+          accumulate(
+              sc, t, w,
+              {mine.dk ? mine.dk + j0 * ldk_ : nullptr, mine.dv ? mine.dv + j0 * ldv_ : nullptr,
+               mine.colsum + j0, dq, kv_started != 0, q_started});
+          kv_started = 1;
+          q_started = true;
+        }
+        if (q_started) write_q(b, h, i0, br, dq);
+      }
+    });
+    if (!x_.dk && !x_.dv) return;
+    parallel_for(g_.B * g_.Hk * ktiles, double(g_.group()) * double(attn_key_tile) * 64.0,
+                 [&](index_t task) {
+                   const index_t kt = task % ktiles, bhk = task / ktiles, hk = bhk % g_.Hk,
+                                 b = bhk / g_.Hk, j0 = kt * attn_key_tile;
+                   for (index_t h = hk * g_.group(); h < (hk + 1) * g_.group(); ++h) {
+                     const index_t bh = b * g_.H + h;
+                     if (!started[static_cast<std::size_t>(bh * ktiles + kt)]) continue;
+                     const TileSums<T> s = head_sums(bh);
+                     write_kv(b, hk, j0, std::min(attn_key_tile, g_.Tk - j0),
+                              s.dk ? s.dk + j0 * ldk_ : nullptr, s.dv ? s.dv + j0 * ldv_ : nullptr,
+                              s.colsum + j0);
+                   }
+                 });
   }
 
   // The first walk of the two-pass backward: dQ (and a learned bias's gradient), one task per
@@ -418,7 +484,9 @@ struct OnlineSoftmaxOp {
     x.v = nf.v;
     const FusedBackward<T, Score, Mask> passes(g, score, *mask, dropout, x);
     passes.row_terms();
-    if (single_pass) {
+    if (single_pass && g.group() > 1 && g.B * g.Hk < attn_single_pass_min_tasks) {
+      passes.by_query_head();
+    } else if (single_pass) {
       passes.by_key_head();
     } else {
       passes.by_query_tile();
@@ -442,7 +510,11 @@ inline bool save_weights_for_backward(const AttentionBackward& plan, const Atten
 }
 inline bool single_pass_backward(const AttentionBackward& plan, const AttentionGeometry& g) {
   if (plan.passes != BackwardPasses::automatic) return plan.passes == BackwardPasses::single;
-  return g.B * g.Hk >= attn_single_pass_min_tasks;
+  if (g.B * g.Hk >= attn_single_pass_min_tasks) return true;  // by key/value head
+  // By query head: when there are tasks enough and its per-head sums of dK, dV and the column
+  // sums, B·H·Tk·(Dh + Dv + 1) values, stay within the weights' limit.
+  return g.B * g.H >= attn_single_pass_min_tasks &&
+         g.B * g.H * g.Tk * (g.Dh + g.Dv + 1) <= attn_saved_weights_limit;
 }
 
 }  // namespace detail
