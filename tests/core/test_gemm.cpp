@@ -311,3 +311,31 @@ TEST_CASE("gemm: a weight gradient cut into pieces of k is bitwise identical for
     }
   }
 }
+
+#ifdef _OPENMP
+TEST_CASE("SerialScope: one thread outside a team, the count restored after, nothing in a team") {
+  const ThreadCountGuard guard;
+  attn::set_num_threads(3);
+  {
+    const attn::SerialScope serial;
+    CHECK(attn::num_threads() == 1);  // what OpenBLAS and Eigen size their threading by
+    int team = 0;
+#pragma omp parallel
+    {
+#pragma omp single
+      team = omp_get_num_threads();
+    }
+    CHECK(team == 1);
+  }
+  CHECK(attn::num_threads() == 3);
+  int inner = 0;
+#pragma omp parallel num_threads(2)
+  {
+    const attn::SerialScope serial;  // inside a region: leaves the count alone
+#pragma omp single
+    inner = omp_get_max_threads();
+  }
+  CHECK(inner == 3);
+  CHECK(attn::num_threads() == 3);
+}
+#endif

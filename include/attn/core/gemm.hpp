@@ -320,8 +320,9 @@ void gemm(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, index_t n, 
 #endif
 }
 
-// The same product as one block; for use inside attn's parallel loops (batched matmul), where
-// Eigen sees a running team and stays single-threaded.
+// The same product as one block, on the calling thread; for use inside attn's parallel loops
+// (batched matmul). Inside a running team Eigen and OpenBLAS stay single-threaded by themselves;
+// outside one (a loop that ran its lone task without a team) SerialScope keeps them so.
 template <class T>
 void gemm_serial(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, index_t n, index_t k,
                  bool accumulate = false) {
@@ -330,6 +331,7 @@ void gemm_serial(const T* a, bool ta, const T* b, bool tb, T* c, index_t m, inde
     if (!accumulate) std::fill(c, c + m * n, T{0});
     return;
   }
+  const SerialScope serial;
   detail::gemm_block(a, ta, b, tb, c, m, n, k, 0, m, 0, n, accumulate);
 }
 
