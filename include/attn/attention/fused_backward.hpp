@@ -143,25 +143,8 @@ class FusedBackward {
           T* dv = x_.dv ? sized(sc.dv, g_.Tk * ldv_) : nullptr;
           T* colsum = zeroed(sc.colsum, g_.Tk);
           sc.started.assign(static_cast<std::size_t>(ktiles), 0);
-          TileWeights<T> w;
           for (index_t h = hk * g_.group(); h < (hk + 1) * g_.group(); ++h)
-            for (index_t i0 = 0; i0 < g_.Tq; i0 += attn_query_tile) {
-              const index_t br = std::min(attn_query_tile, g_.Tq - i0);
-              T* dq = x_.dq ? sized(sc.dq, br * ldk_) : nullptr;
-              bool q_started = false;
-              for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
-                const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
-                if (!tile_weights(sc, t, w)) continue;
-                bias_gradient(sc, t, 0, 1);
-                unsigned char& kv_started = sc.started[tile_index(j0)];
-                accumulate(sc, t, w,
-                           {dk ? dk + j0 * ldk_ : nullptr, dv ? dv + j0 * ldv_ : nullptr,
-                            colsum + j0, dq, kv_started != 0, q_started});
-                kv_started = 1;
-                q_started = true;
-              }
-              if (q_started) write_q(b, h, i0, br, dq);
-            }
+            head_tiles(sc, b, h, {dk, dv, colsum, nullptr}, sc.started.data());
           for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile)
             if (sc.started[tile_index(j0)])
               write_kv(b, hk, j0, std::min(attn_key_tile, g_.Tk - j0),
@@ -177,7 +160,11 @@ class FusedBackward {
     const index_t heads = g_.B * g_.H;
     // Per (b, h): dK [Tk, ldk], dV [Tk, ldv], the column sums [Tk] and which key tiles it reached.
     const index_t per_head = g_.Tk * ((x_.dk ? ldk_ : 0) + (x_.dv ? ldv_ : 0) + 1);
-    std::vector<T> sums(static_cast<std::size_t>(heads * per_head));
+    // Kept between calls (no fresh pages to fault in each step); every value is written before
+    // it is read: the column sums zeroed per head, dK and dV by their first tile.
+    std::vector<T>& sums = layout_.head_sums;
+    if (sums.size() < static_cast<std::size_t>(heads * per_head))
+      sums.resize(static_cast<std::size_t>(heads * per_head));
     std::vector<unsigned char> started(static_cast<std::size_t>(heads * ktiles), 0);
     auto head_sums = [&](index_t bh) {
       T* base = sums.data() + bh * per_head;
@@ -190,26 +177,7 @@ class FusedBackward {
       AttentionScratch<T>& sc = scratch();
       const TileSums<T> mine = head_sums(bh);
       std::fill_n(mine.colsum, g_.Tk, T{0});
-      unsigned char* reached = started.data() + bh * ktiles;
-      TileWeights<T> w;
-      for (index_t i0 = 0; i0 < g_.Tq; i0 += attn_query_tile) {
-        const index_t br = std::min(attn_query_tile, g_.Tq - i0);
-        T* dq = x_.dq ? sized(sc.dq, br * ldk_) : nullptr;
-        bool q_started = false;
-        for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
-          const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
-          if (!tile_weights(sc, t, w)) continue;
-          bias_gradient(sc, t, 0, 1);
-          unsigned char& kv_started = reached[tile_index(j0)];
-          accumulate(
-              sc, t, w,
-              {mine.dk ? mine.dk + j0 * ldk_ : nullptr, mine.dv ? mine.dv + j0 * ldv_ : nullptr,
-               mine.colsum + j0, dq, kv_started != 0, q_started});
-          kv_started = 1;
-          q_started = true;
-        }
-        if (q_started) write_q(b, h, i0, br, dq);
-      }
+      head_tiles(sc, b, h, mine, started.data() + bh * ktiles);
     });
     if (!x_.dk && !x_.dv) return;
     parallel_for(g_.B * g_.Hk * ktiles, double(g_.group()) * double(attn_key_tile) * 64.0,
@@ -279,6 +247,32 @@ class FusedBackward {
 
  private:
   static constexpr index_t lds = attn_key_tile;
+
+  // The single-pass walks' work on query head (b, h): every tile once, query tile by query tile;
+  // dQ written per query tile, dK, dV and the column sums added into `sums` (rows of all Tk keys;
+  // sums.dq unused), `started` [key tiles] marking the key tiles that hold something.
+  void head_tiles(AttentionScratch<T>& sc, index_t b, index_t h, const TileSums<T>& sums,
+                  unsigned char* started) const {
+    TileWeights<T> w;
+    for (index_t i0 = 0; i0 < g_.Tq; i0 += attn_query_tile) {
+      const index_t br = std::min(attn_query_tile, g_.Tq - i0);
+      T* dq = x_.dq ? sized(sc.dq, br * ldk_) : nullptr;
+      bool q_started = false;
+      for (index_t j0 = 0; j0 < g_.Tk; j0 += attn_key_tile) {
+        const BackwardTile t{b, h, i0, br, j0, std::min(attn_key_tile, g_.Tk - j0)};
+        if (!tile_weights(sc, t, w)) continue;
+        bias_gradient(sc, t, 0, 1);
+        unsigned char& kv_started = started[tile_index(j0)];
+        accumulate(
+            sc, t, w,
+            {sums.dk ? sums.dk + j0 * ldk_ : nullptr, sums.dv ? sums.dv + j0 * ldv_ : nullptr,
+             sums.colsum + j0, dq, kv_started != 0, q_started});
+        kv_started = 1;
+        q_started = true;
+      }
+      if (q_started) write_q(b, h, i0, br, dq);
+    }
+  }
 
   index_t key_tiles() const { return block_count(g_.Tk, attn_key_tile); }
   static std::size_t tile_index(index_t j0) { return static_cast<std::size_t>(j0 / attn_key_tile); }

@@ -33,6 +33,7 @@ static_assert(attn_key_tile % packet_size<float> == 0 && attn_key_tile % packet_
 template <class T>
 struct AttentionLayout {
   std::vector<T> kt, vt, kpad, vpad, qpad, dopad, key_norms;
+  std::vector<T> head_sums;  // the backward's per-query-head dK, dV sums (fused_backward.hpp)
 };
 
 template <class T>
