@@ -36,7 +36,8 @@ try:  # torch >= 2.5
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 except ImportError:
     flex_attention = None
-SDPA_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "") if HAS_SDPA else False
+# SDPA's enable_gqa argument came with torch 2.5.
+SDPA_GQA = HAS_SDPA and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
 SCORES = ("scaled_dot", "alibi", "rotary")
 
 
