@@ -408,6 +408,38 @@ TEST_CASE("rotary_rotation, unit_rows and head_scale: values and gradients by fi
         }).find("the head width must be even") != std::string::npos);
 }
 
+TEST_CASE("rotary_rotation: the kept table follows every change of positions, rows and base") {
+  // rotary_table keeps its last table per thread; each call must still turn row t of x by
+  // (p0 + t) θ_c for its own p0, row count and base, whatever the call before it asked for.
+  attn::Rng rng(8);
+  const index_t D = 6;
+  const Tensor<double> x4 = Tensor<double>::randn({1, 2, 4, D}, rng);
+  const Tensor<double> x3 = Tensor<double>::randn({1, 2, 3, D}, rng);
+  Tape<double> tape;
+  struct Call {
+    const Tensor<double>* x;
+    index_t p0;
+    double base;
+  };
+  for (const Call& call : {Call{&x4, 5, 100.0}, Call{&x4, 5, 100.0}, Call{&x4, 6, 100.0},
+                           Call{&x4, 5, 200.0}, Call{&x3, 5, 200.0}, Call{&x4, 5, 100.0}}) {
+    CAPTURE(call.p0);
+    CAPTURE(call.base);
+    const Tensor<double>& x = *call.x;
+    const Tensor<double> y = attn::rotary_rotation(tape.leaf(x), call.p0, call.base).value();
+    for (index_t h = 0; h < 2; ++h)
+      for (index_t t = 0; t < x.shape()[2]; ++t)
+        for (index_t c = 0; c < D / 2; ++c) {
+          const double angle =
+              double(call.p0 + t) * std::pow(call.base, -2.0 * double(c) / double(D));
+          CHECK(y(0, h, t, 2 * c) == doctest::Approx(x(0, h, t, 2 * c) * std::cos(angle) -
+                                                     x(0, h, t, 2 * c + 1) * std::sin(angle)));
+          CHECK(y(0, h, t, 2 * c + 1) == doctest::Approx(x(0, h, t, 2 * c) * std::sin(angle) +
+                                                         x(0, h, t, 2 * c + 1) * std::cos(angle)));
+        }
+  }
+}
+
 TEST_CASE("rotary_rotation in halves: the adjacent rotation of the coordinates interleaved") {
   // Pair c is (x_c, x_{c+D/2}) in halves and (x_{2c}, x_{2c+1}) adjacent, with the same angle:
   // interleaving the halves, rotating adjacent pairs and splitting them back is the halves

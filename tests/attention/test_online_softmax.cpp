@@ -173,8 +173,7 @@ Grads<T> run(const Tensor<T>& q, const Tensor<T>& k, const Tensor<T>& v, const T
 
 // Every plan against the materialised path; the two pass orders bitwise against each other
 // where the single pass walks by key/value head (they add the same products in the same order;
-// grouped-query heads with B·Hk below attn_single_pass_min_tasks walk by query head, which adds
-// each head's sums instead).
+// the walk by query head adds each head's sums instead).
 template <class Mask, class Score, class T>
 void check_plans(index_t B, index_t H, index_t Hk, index_t Tq, index_t Tk, index_t Dh, index_t Dv,
                  const Mask& m, attn::AttentionDropout drop = {}) {
@@ -197,7 +196,10 @@ void check_plans(index_t B, index_t H, index_t Hk, index_t Tq, index_t Tk, index
     CHECK(attn::max_abs_diff(g.dk, ref.dk) < 10 * tol);
     CHECK(attn::max_abs_diff(g.dv, ref.dv) < 10 * tol);
   }
-  const bool by_query_head = H > Hk && B * Hk < attn::attn_single_pass_min_tasks;
+  const bool by_query_head =
+      attn::detail::backward_walk({attn::BackwardWeights::automatic, attn::BackwardPasses::single},
+                                  {B, H, Hk, Tq, Tk, Dh, Dv}) ==
+      attn::detail::BackwardWalk::by_query_head;
   for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {       // single pass vs two passes
     CHECK(attn::max_abs_diff(got[i].dq, got[i + 1].dq) == 0.0);  // dQ: the same walk per row
     if (by_query_head) continue;
@@ -380,22 +382,28 @@ TEST_CASE("backward plans: the automatic choice follows the documented bounds") 
       {attn::BackwardWeights::recomputed, attn::BackwardPasses::automatic}, at));
   CHECK(attn::detail::save_weights_for_backward(
       {attn::BackwardWeights::saved, attn::BackwardPasses::automatic}, over));
-  // One pass from B·Hk = 4 (batch x key/value heads); for grouped queries with fewer, from
-  // B·H = 4 while the per-query-head sums B·H·Tk·(Dh + Dv + 1) fit the weights' limit; two below.
-  CHECK(attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 8, 4, 9, 9, 4, 4}));
-  CHECK(attn::detail::single_pass_backward(automatic, AttentionGeometry{4, 8, 1, 9, 9, 4, 4}));
-  CHECK(attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 8, 2, 9, 9, 4, 4}));
-  CHECK(attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 4, 1, 9, 9, 4, 4}));
-  CHECK_FALSE(
-      attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 3, 3, 9, 9, 4, 4}));
-  CHECK_FALSE(
-      attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 2, 1, 9, 9, 4, 4}));
+  // By key/value head from B·Hk = 4 (batch x key/value heads); for grouped queries with fewer,
+  // by query head from B·H = 4 while the per-query-head sums B·H·Tk·(Dh + Dv + 1) fit the
+  // weights' limit; two passes else.
+  using attn::detail::backward_walk;
+  using enum attn::detail::BackwardWalk;
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 8, 4, 9, 9, 4, 4}) == by_key_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{4, 8, 1, 9, 9, 4, 4}) == by_key_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 8, 2, 9, 9, 4, 4}) == by_query_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 4, 1, 9, 9, 4, 4}) == by_query_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 3, 3, 9, 9, 4, 4}) == two_passes);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 2, 1, 9, 9, 4, 4}) == two_passes);
   // 8 x 4096 x 129 = 4,227,072 sums > 2^22: two passes; 8 x 4000 x 129 = 4,128,000 fit.
-  CHECK_FALSE(
-      attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 8, 2, 64, 4096, 64, 64}));
-  CHECK(
-      attn::detail::single_pass_backward(automatic, AttentionGeometry{1, 8, 2, 64, 4000, 64, 64}));
-  CHECK_FALSE(attn::detail::single_pass_backward(
-      {attn::BackwardWeights::automatic, attn::BackwardPasses::two},
-      AttentionGeometry{4, 8, 8, 9, 9, 4, 4}));
+  const AttentionGeometry sums_over{1, 8, 2, 64, 4096, 64, 64}, sums_fit{1, 8, 2, 64, 4000, 64, 64};
+  CHECK(backward_walk(automatic, sums_over) == two_passes);
+  CHECK(backward_walk(automatic, sums_fit) == by_query_head);
+  // A plan's choice of passes: two always; one by query head where that walk would be chosen
+  // for few key/value tasks and its sums fit (even with few query tasks), by key/value head else.
+  const attn::AttentionBackward one{attn::BackwardWeights::automatic, attn::BackwardPasses::single};
+  const attn::AttentionBackward two{attn::BackwardWeights::automatic, attn::BackwardPasses::two};
+  CHECK(backward_walk(two, AttentionGeometry{4, 8, 8, 9, 9, 4, 4}) == two_passes);
+  CHECK(backward_walk(one, AttentionGeometry{1, 2, 1, 9, 9, 4, 4}) == by_query_head);
+  CHECK(backward_walk(one, AttentionGeometry{1, 3, 3, 9, 9, 4, 4}) == by_key_head);
+  CHECK(backward_walk(one, sums_over) == by_key_head);
+  CHECK(backward_walk(one, sums_fit) == by_query_head);
 }

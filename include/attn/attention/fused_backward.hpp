@@ -412,6 +412,23 @@ class FusedBackward {
   RowsView<T> K_, Q_, dO_;
 };
 
+// The walk of FusedBackward a call takes: by key/value head from B·Hk = 4 tasks; with fewer,
+// grouped-query heads walk by query head when there are B·H = 4 tasks and their per-head sums of
+// dK, dV and the column sums, B·H·Tk·(Dh + Dv + 1) values, stay within the weights' limit;
+// otherwise two passes. A plan asking for one pass gets by_query_head where B·Hk is short and
+// those sums fit, by_key_head else.
+enum class BackwardWalk { by_key_head, by_query_head, two_passes };
+inline BackwardWalk backward_walk(const AttentionBackward& plan, const AttentionGeometry& g) {
+  using enum BackwardWalk;
+  if (plan.passes == BackwardPasses::two) return two_passes;
+  const bool enough_kv_tasks = g.B * g.Hk >= attn_single_pass_min_tasks;
+  const bool head_sums_fit = g.group() > 1 && !enough_kv_tasks &&
+                             g.B * g.H * g.Tk * (g.Dh + g.Dv + 1) <= attn_saved_weights_limit;
+  if (plan.passes == BackwardPasses::single) return head_sums_fit ? by_query_head : by_key_head;
+  if (enough_kv_tasks) return by_key_head;
+  return head_sums_fit && g.B * g.H >= attn_single_pass_min_tasks ? by_query_head : two_passes;
+}
+
 template <ScorePolicy Score, MaskPolicy Mask>
 struct OnlineSoftmaxOp {
   std::int32_t q, k, v;
@@ -420,7 +437,7 @@ struct OnlineSoftmaxOp {
   AttentionDropout dropout;
   const Mask* mask;  // owned by self.keep
   bool saved_weights;
-  bool single_pass;
+  BackwardWalk walk;
   bool partial;            // the log-sum-exp is an output too (partials.hpp)
   std::int32_t bias = -1;  // a learned bias's parameters (learned_bias.hpp), or −1
   LearnedBiasForm bias_form;
@@ -433,7 +450,7 @@ struct OnlineSoftmaxOp {
   //   dK = alpha dSᵀ Q + 2 beta_k colsum(dS) ∘ k  (dS through the soft cap's derivative when
   //   the score has one), and a learned bias's gradient from dS (learned_bias.hpp),
   // (with a gradient of the log-sum-exp, D_i − dlse_i in D_i's place) by the passes of
-  // FusedBackward in one walk or two (single_pass).
+  // FusedBackward in the walk chosen for the call (backward_walk).
   template <class T>
   void backward(Tape<T>& tape, Node<T>& self) const {
     self.saved[1].resize(Shape{g.B * g.H * g.Tq});
@@ -457,7 +474,7 @@ struct OnlineSoftmaxOp {
     BiasTables<T> tables;
     std::vector<double> sums;
     std::vector<T> dense_grad;
-    const index_t Q = single_pass ? 1 : block_count(g.Tq, attn_query_tile);
+    const index_t Q = walk != BackwardWalk::two_passes ? 1 : block_count(g.Tq, attn_query_tile);
     if (bias >= 0) {
       tables = bias_tables(bias_form, tape.value(bias), g, "attention");
       x.bias = &tables;
@@ -478,13 +495,17 @@ struct OnlineSoftmaxOp {
     x.v = nf.v;
     const FusedBackward<T, Score, Mask> passes(g, score, *mask, dropout, x);
     passes.row_terms();
-    if (single_pass && g.group() > 1 && g.B * g.Hk < attn_single_pass_min_tasks) {
-      passes.by_query_head();
-    } else if (single_pass) {
-      passes.by_key_head();
-    } else {
-      passes.by_query_tile();
-      passes.by_key_tile();
+    switch (walk) {
+      case BackwardWalk::by_key_head:
+        passes.by_key_head();
+        break;
+      case BackwardWalk::by_query_head:
+        passes.by_query_head();
+        break;
+      case BackwardWalk::two_passes:
+        passes.by_query_tile();
+        passes.by_key_tile();
+        break;
     }
     if (x.bias_sums || x.dense_grad)
       add_bias_gradient(tables, g, Q, sums, dense_grad.data(), tape.grad(bias).data());
@@ -501,14 +522,6 @@ struct OnlineSoftmaxOp {
 inline bool save_weights_for_backward(const AttentionBackward& plan, const AttentionGeometry& g) {
   if (plan.weights != BackwardWeights::automatic) return plan.weights == BackwardWeights::saved;
   return g.B * g.H * g.Tq * g.Tk <= attn_saved_weights_limit;
-}
-inline bool single_pass_backward(const AttentionBackward& plan, const AttentionGeometry& g) {
-  if (plan.passes != BackwardPasses::automatic) return plan.passes == BackwardPasses::single;
-  if (g.B * g.Hk >= attn_single_pass_min_tasks) return true;  // by key/value head
-  // By query head: when there are tasks enough and its per-head sums of dK, dV and the column
-  // sums, B·H·Tk·(Dh + Dv + 1) values, stay within the weights' limit.
-  return g.B * g.H >= attn_single_pass_min_tasks &&
-         g.B * g.H * g.Tk * (g.Dh + g.Dv + 1) <= attn_saved_weights_limit;
 }
 
 }  // namespace detail

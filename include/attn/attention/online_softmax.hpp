@@ -95,7 +95,7 @@ AttentionPartial<T> fused_attention(const Var<T>& q, const Var<T>& k, const Var<
     const Mask* stored = node.template keep_value<Mask>(mask);
     tape.set_backward(
         node, OnlineSoftmaxOp<Score, Mask>{q.index(), k.index(), v.index(), g, score, dropout,
-                                           stored, keep, single_pass_backward(plan, g), partial,
+                                           stored, keep, backward_walk(plan, g), partial,
                                            bias ? bias->values.index() : std::int32_t{-1},
                                            bias ? bias->form : LearnedBiasForm{}});
   }

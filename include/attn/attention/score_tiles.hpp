@@ -142,8 +142,8 @@ struct ScoreTiles {
   const BiasTables<T>* learned = nullptr;  // the call's learned bias, or null
   bool careful = false;  // some input is not finite: the row maxima propagate NaN (non_finite.hpp)
   // The score's position bias b_h(δ) for every head and every distance δ = p_i − p_j of the call,
-  // [H, Tq + Tk − 1] from δ = 1 − Tq (position_bias_table); empty when the score has none, or
-  // where this object makes no scores (a backward with the weights kept): then the formula.
+  // [H, Tq + Tk − 1] from δ = 1 − Tq (position_bias_table); empty when the score has none, and
+  // where this object makes no scores (a backward with the weights kept, which never calls it).
   std::vector<T> position_table = {};
 
   // The tile of rows [i0, i0 + br) against keys [j0, j0 + bc) of batch entry b (tile_blocks).
@@ -164,18 +164,13 @@ struct ScoreTiles {
                       attn_key_tile, s, lds);
     const T* bias = key_norms ? key_norms + (b * g.Hk + hk) * g.Tk + j0 : nullptr;
     for (index_t i = 0; i < br; ++i) rmax[i] = scale_row_max(s + i * lds, bc, alpha, bias);
-    if constexpr (HasPositionBias<Score>) {
-      const auto position_bias = score.position_bias(h, g.H);
+    if constexpr (HasPositionBias<Score>) {  // the table's values, read backwards: this vectorises
       const index_t span = g.Tq + g.Tk - 1;
       for (index_t i = 0; i < br; ++i) {
         T* row = s + i * lds;
         const index_t delta0 = g.query_position(i0 + i) - j0;  // p_i − p_j at j = j0
-        if (!position_table.empty()) {  // the same values, read backwards: this vectorises
-          const T* t = position_table.data() + h * span + (delta0 + g.Tq - 1);
-          for (index_t j = 0; j < bc; ++j) row[j] += t[-j];
-        } else {
-          for (index_t j = 0; j < bc; ++j) row[j] += static_cast<T>(position_bias(delta0 - j));
-        }
+        const T* t = position_table.data() + h * span + (delta0 + g.Tq - 1);
+        for (index_t j = 0; j < bc; ++j) row[j] += t[-j];
         rmax[i] = row_max(row, bc);
       }
     }
