@@ -27,8 +27,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# The shapes of benchmarks/gpt_configs.hpp: A and B are the compared ones; demo (char_gpt's
+# demo model) is small enough for the smoke test of these scripts (tests/scripts).
 CONFIGS = {"A": dict(vocab=256, layers=4, heads=8, embd=256, block=128, batch=32),
-           "B": dict(vocab=65, layers=6, heads=6, embd=384, block=256, batch=16)}
+           "B": dict(vocab=65, layers=6, heads=6, embd=384, block=256, batch=16),
+           "demo": dict(vocab=65, layers=4, heads=4, embd=128, block=64, batch=32)}
 
 
 # How attention is computed: "manual" (masked_fill + softmax, nanoGPT on torch < 2.0) or "sdpa"

@@ -56,7 +56,7 @@ attn_add_test(train train/test_settings.cpp train/test_run_lock.cpp train/test_l
 attn_add_test(learned_scores attention/test_learned_scores.cpp)
 attn_add_test(teaching teaching/test_exercises.cpp teaching/test_models.cpp)
 attn_add_test(approx approx/test_oracles.cpp approx/test_schemes.cpp)
-attn_add_test(flash_block attention/test_flash_block.cpp)
+attn_add_test(flash_block attention/test_flash_block.cpp RUN_HEAVY)
 if(ATTN_CUDA)  # nvcc: tests/cuda/, suites cuda_host (runs anywhere) and cuda_device (needs a GPU)
   attn_add_cuda_test(cuda cuda/test_cuda.cu)
 endif()
