@@ -22,7 +22,8 @@
 # checkpoint (xz-compressed: weights and AdamW's moments, so it resumes where it was kept), with
 # the study's settings; a later start restores from KEEP whatever OUT lacks (never replacing a
 # file of OUT) and refuses settings other than those the study began with. One start at a time
-# per OUT (a lock).
+# per OUT (a lock). A BIN named runs/bin/char_gpt-COMMIT that is missing is built from that commit
+# (a git worktree under runs/src-COMMIT), so the study's command works on a new machine.
 # Variables: BIN, OUT (runs/symmetric_to_minimum), KEEP, DEST (docs/experiments/symmetric_attention/
 # to_minimum), SEEDS ("1 2 3"), LAYERS (4), HEADS (6), EMBD (192), BLOCK (128), DROPOUT (0),
 # DATA_FRACTION (0.2: the first fifth of the training split; the validation split is whole),
@@ -109,7 +110,14 @@ for kept in "$KEEP"/*-s*/; do
   echo "== restored $dir from $kept"
 done
 
-if [[ ! -x "$BIN" ]]; then
+if [[ ! -x "$BIN" && ${BIN##*/} =~ ^char_gpt-([0-9a-f]{7,40})$ ]]; then
+  # A kept binary a new machine lacks (runs/bin/char_gpt-COMMIT): that commit, built here.
+  commit=${BASH_REMATCH[1]} src=runs/src-${BASH_REMATCH[1]}
+  [[ -d $src ]] || git worktree add --detach "$src" "$commit" >/dev/null
+  (cd "$src" && cmake --preset release >/dev/null && cmake --build --preset release --target char_gpt >/dev/null)
+  mkdir -p "$(dirname "$BIN")"
+  cp "$src/build/release/examples/char_gpt/char_gpt" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+elif [[ ! -x "$BIN" ]]; then
   cmake --preset release >/dev/null
   cmake --build --preset release --target char_gpt
 fi
