@@ -11,13 +11,16 @@ loss per evaluation) of every variant and seed, and writes DEST/minima.csv, one 
   smoothed_lowest, step_of_smoothed the lowest mean of WINDOW consecutive evaluations and the
                                     step at the window's centre: one evaluation is a sample of
                                     random validation batches, and the lowest of many noisy
-                                    samples is biased low; the window's mean is less so
+                                    samples is biased low; the window's mean is less so (both
+                                    empty for a run with fewer than WINDOW evaluations)
   train_loss_at_lowest              the training loss logged at step_of_lowest
   steps_trained, minimum_passed     the last step, and whether it lies PATIENCE or more steps
                                     after step_of_lowest
 
 Then prints, per seed, the second variant minus the first (for both minima) as a Markdown table
-with the mean and sample standard deviation over the seeds. The first variant is the reference.
+with the mean and sample standard deviation over the seeds (the smoothed column over the seeds
+whose two runs both have WINDOW evaluations, their number stated). The first variant is the
+reference.
 """
 
 import argparse
@@ -43,10 +46,20 @@ def minima(rows, window: int, patience: int):
     smoothed, centre = min(
         (sum(r[2] for r in rows[i : i + window]) / window, rows[i + window // 2][0])
         for i in range(len(rows) - window + 1)
-    ) if len(rows) >= window else (float("nan"), -1)
+    ) if len(rows) >= window else (None, None)
     last = rows[-1][0]
     return {"lowest": val, "step": step, "smoothed": smoothed, "smoothed_step": centre,
             "train": train, "last": last, "passed": int(last - step >= patience)}
+
+
+def fmt(x, spec=".4f"):
+    """A CSV field: empty where the value is undefined (None)."""
+    return "" if x is None else format(x, spec)
+
+
+def cell(m):
+    """The smoothed minimum and its step, or a dash for a run with too few evaluations."""
+    return "—" if m["smoothed"] is None else f"{m['smoothed']:.4f} ({m['smoothed_step']})"
 
 
 def main():
@@ -72,7 +85,7 @@ def main():
     write_csv(a.dest / "minima.csv",
               ["variant", "seed", "lowest_val_loss", "step_of_lowest", f"smoothed_lowest_{a.window}",
                "step_of_smoothed", "train_loss_at_lowest", "steps_trained", "minimum_passed"],
-              [[v, s, f"{m['lowest']:.4f}", m["step"], f"{m['smoothed']:.4f}", m["smoothed_step"],
+              [[v, s, f"{m['lowest']:.4f}", m["step"], fmt(m["smoothed"]), fmt(m["smoothed_step"], "d"),
                 f"{m['train']:.4f}", m["last"], m["passed"]] for (v, s), m in sorted(found.items())])
 
     ref = a.variants[0]
@@ -87,12 +100,18 @@ def main():
         for s in seeds:
             r, o = found[ref, s], found[other, s]
             raw.append(o["lowest"] - r["lowest"])
-            smooth.append(o["smoothed"] - r["smoothed"])
+            both = r["smoothed"] is not None and o["smoothed"] is not None
+            if both:
+                smooth.append(o["smoothed"] - r["smoothed"])
             print(f"| {s} | {r['lowest']:.4f} ({r['step']}) | {o['lowest']:.4f} ({o['step']}) | {raw[-1]:+.4f} "
-                  f"| {r['smoothed']:.4f} ({r['smoothed_step']}) | {o['smoothed']:.4f} ({o['smoothed_step']}) "
-                  f"| {smooth[-1]:+.4f} |")
-        (rm, rs), (sm, ss) = mean_sd(raw), mean_sd(smooth)
-        print(f"| mean ± sd | | | {rm:+.4f} ± {rs:.4f} | | | {sm:+.4f} ± {ss:.4f} |")
+                  f"| {cell(r)} | {cell(o)} | {f'{smooth[-1]:+.4f}' if both else '—'} |")
+        rm, rs = mean_sd(raw)
+        if smooth:
+            sm, ss = mean_sd(smooth)
+            smoothed = f"{sm:+.4f} ± {ss:.4f}" + ("" if len(smooth) == len(raw) else f" ({len(smooth)} seeds)")
+        else:
+            smoothed = "—"
+        print(f"| mean ± sd | | | {rm:+.4f} ± {rs:.4f} | | | {smoothed} |")
     unpassed = [f"{v}-s{s}" for (v, s), m in sorted(found.items()) if not m["passed"]]
     if unpassed:
         print(f"\nnot past the minimum by {a.patience} steps: {', '.join(unpassed)}")
