@@ -5,7 +5,7 @@
 //   bench_attention [--threads N] [--lengths 256,1024,2048,4096] [--reps R]
 //                   [--score scaled_dot|alibi|rotary] [--kv-heads N]
 //   bench_attention --memory T [--threads N]
-//   bench_attention --plans [--threads N] [--lengths ...] [--reps R]
+//   bench_attention --plans [--threads N] [--lengths ...] [--reps R] [--kv-heads N]
 //   bench_attention --exp [--reps R]
 //   bench_attention --gpt [--threads N] [--reps R]
 //
@@ -119,8 +119,8 @@ void run(attn::index_t T, int reps, const char* mask_name, double gemm_rate, att
 
 // Forward + backward of the fused path under each of the four forced backward plans.
 template <class Mask>
-void run_plans(attn::index_t T, int reps, const char* mask_name) {
-  const auto in = inputs(T);  // not a structured binding: lambdas below capture q, k, v
+void run_plans(attn::index_t T, int reps, const char* mask_name, attn::index_t kv_heads) {
+  const auto in = inputs(T, kv_heads);  // not a structured binding: lambdas capture q, k, v
   const attn::Tensor<float>&q = in[0], &k = in[1], &v = in[2];
   attn::Tape<float> tape;
   const std::array<attn::AttentionBackward, 4> plans = {{
@@ -149,7 +149,11 @@ void run_plans(attn::index_t T, int reps, const char* mask_name) {
     std::sort(x.begin(), x.end());
     std::printf(" %13.1f", x[x.size() / 2]);
   }
-  std::printf("\n");
+  // The walk a one-pass plan takes at this shape (attn::detail::backward_walk).
+  const bool by_query_head =
+      attn::detail::backward_walk(plans[0], {B, H, kv_heads, T, T, Dh, Dh}) ==
+      attn::detail::BackwardWalk::by_query_head;
+  std::printf(" | 1-pass by %s head\n", by_query_head ? "query" : "key/value");
 }
 
 // Peak resident set of this process so far, in MiB (Linux reports ru_maxrss in KiB).
@@ -334,12 +338,13 @@ int main(int argc, char** argv) {
   if (plans) {
     std::printf(
         "fused attention forward + backward (ms, median of %d interleaved rounds) by backward "
-        "plan, float, B = 1, H = 8, Dh = 64, %d threads\n",
-        reps, threads);
-    std::printf("     T mask    |   saved 1-pass  saved 2-pass recomp 1-pass recomp 2-pass\n");
+        "plan, float, B = 1, H = 8, Dh = 64, %lld key/value heads, %d threads\n",
+        reps, static_cast<long long>(kv_heads), threads);
+    std::printf(
+        "     T mask    |   saved 1-pass  saved 2-pass recomp 1-pass recomp 2-pass | walk\n");
     for (const attn::index_t t : lengths) {
-      run_plans<attn::mask::None>(t, reps, "none");
-      run_plans<attn::mask::Causal>(t, reps, "causal");
+      run_plans<attn::mask::None>(t, reps, "none", kv_heads);
+      run_plans<attn::mask::Causal>(t, reps, "causal", kv_heads);
     }
     return 0;
   }

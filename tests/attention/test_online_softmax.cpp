@@ -384,7 +384,8 @@ TEST_CASE("backward plans: the automatic choice follows the documented bounds") 
       {attn::BackwardWeights::saved, attn::BackwardPasses::automatic}, over));
   // By key/value head from B·Hk = 4 (batch x key/value heads); for grouped queries with fewer,
   // by query head from B·H = 4 while the per-query-head sums B·H·Tk·(Dh + Dv + 1) fit the
-  // weights' limit; two passes else.
+  // weights' limit or Tk <= Tq (then no more than the query side's q, dO and log-sum-exp); two
+  // passes else.
   using attn::detail::backward_walk;
   using enum attn::detail::BackwardWalk;
   CHECK(backward_walk(automatic, AttentionGeometry{1, 8, 4, 9, 9, 4, 4}) == by_key_head);
@@ -393,10 +394,15 @@ TEST_CASE("backward plans: the automatic choice follows the documented bounds") 
   CHECK(backward_walk(automatic, AttentionGeometry{1, 4, 1, 9, 9, 4, 4}) == by_query_head);
   CHECK(backward_walk(automatic, AttentionGeometry{1, 3, 3, 9, 9, 4, 4}) == two_passes);
   CHECK(backward_walk(automatic, AttentionGeometry{1, 2, 1, 9, 9, 4, 4}) == two_passes);
-  // 8 x 4096 x 129 = 4,227,072 sums > 2^22: two passes; 8 x 4000 x 129 = 4,128,000 fit.
+  // 64 queries on 4096 keys: 8 x 4096 x 129 = 4,227,072 sums > 2^22, two passes; on 4000 keys
+  // 4,128,000 fit. Self-attention over 4096 (or any length) takes the per-query-head walk.
   const AttentionGeometry sums_over{1, 8, 2, 64, 4096, 64, 64}, sums_fit{1, 8, 2, 64, 4000, 64, 64};
   CHECK(backward_walk(automatic, sums_over) == two_passes);
   CHECK(backward_walk(automatic, sums_fit) == by_query_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 8, 2, 4096, 4096, 64, 64}) == by_query_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 8, 2, 4097, 4096, 64, 64}) == by_query_head);
+  CHECK(backward_walk(automatic, AttentionGeometry{1, 8, 2, 1 << 16, 1 << 16, 64, 64}) ==
+        by_query_head);
   // A plan's choice of passes: two always; one by query head where that walk would be chosen
   // for few key/value tasks and its sums fit (even with few query tasks), by key/value head else.
   const attn::AttentionBackward one{attn::BackwardWeights::automatic, attn::BackwardPasses::single};

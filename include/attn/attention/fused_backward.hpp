@@ -414,16 +414,19 @@ class FusedBackward {
 
 // The walk of FusedBackward a call takes: by key/value head from B·Hk = 4 tasks; with fewer,
 // grouped-query heads walk by query head when there are B·H = 4 tasks and their per-head sums of
-// dK, dV and the column sums, B·H·Tk·(Dh + Dv + 1) values, stay within the weights' limit;
-// otherwise two passes. A plan asking for one pass gets by_query_head where B·Hk is short and
-// those sums fit, by_key_head else.
+// dK, dV and the column sums, B·H·Tk·(Dh + Dv + 1) values, fit: within the weights' limit, or at
+// any size when Tk <= Tq, where they hold no more values than q, dO and the log-sum-exp the call
+// already has (B·H·Tq·(Dh + Dv + 1)), so self-attention of any length; otherwise two passes. A
+// plan asking for one pass gets by_query_head where B·Hk is short and those sums fit, by_key_head
+// else.
 enum class BackwardWalk { by_key_head, by_query_head, two_passes };
 inline BackwardWalk backward_walk(const AttentionBackward& plan, const AttentionGeometry& g) {
   using enum BackwardWalk;
   if (plan.passes == BackwardPasses::two) return two_passes;
   const bool enough_kv_tasks = g.B * g.Hk >= attn_single_pass_min_tasks;
-  const bool head_sums_fit = g.group() > 1 && !enough_kv_tasks &&
-                             g.B * g.H * g.Tk * (g.Dh + g.Dv + 1) <= attn_saved_weights_limit;
+  const bool head_sums_fit =
+      g.group() > 1 && !enough_kv_tasks &&
+      (g.Tk <= g.Tq || g.B * g.H * g.Tk * (g.Dh + g.Dv + 1) <= attn_saved_weights_limit);
   if (plan.passes == BackwardPasses::single) return head_sums_fit ? by_query_head : by_key_head;
   if (enough_kv_tasks) return by_key_head;
   return head_sums_fit && g.B * g.H >= attn_single_pass_min_tasks ? by_query_head : two_passes;
