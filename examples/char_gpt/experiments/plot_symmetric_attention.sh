@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Plots and tabulates the runs of symmetric_attention.sh: validation loss against steps for
 # standard vs symmetric attention and for wiki from scratch vs transferred from Shakespeare, and
-# the final validation loss against the fraction of wiki's training data. Writes SVGs (gnuplot)
-# and prints a Markdown table of each run (final validation loss, best validation loss, mean
-# tokens/s, steps). Does not train; runs that are missing are left out and named on stderr, runs
-# without their `done` marker are marked unfinished (and left out of the fraction plot).
+# the final validation loss against the fraction of wiki's training data. Writes SVGs (gnuplot),
+# the data behind them as CSVs (curves.csv: every evaluation of every run; fraction.csv: the
+# points of the fraction plot; runs.csv: the table) and prints a Markdown table of each run
+# (final validation loss, best validation loss, mean tokens/s, steps). Does not train; runs that
+# are missing are left out and named on stderr, runs without their `done` marker are marked
+# unfinished (and left out of the fraction plot).
 #
 #   examples/char_gpt/experiments/plot_symmetric_attention.sh runs/symmetric_attention docs/experiments/symmetric_attention
 set -euo pipefail
@@ -48,6 +50,19 @@ curves "$DEST/shakespeare.svg" "tiny Shakespeare: standard vs symmetric (tied W_
 curves "$DEST/transfer.svg" "wiki.txt: from scratch vs from the Shakespeare model" \
   wiki_scratch "from scratch" wiki_transfer "transferred"
 
+runs=(shakespeare_standard shakespeare_symmetric wiki_scratch wiki_transfer wiki_fraction_25
+      wiki_fraction_50 wiki_fraction_75)
+
+# curves.csv: every evaluation of every run (the lines of the SVGs), written whole then renamed.
+{
+  echo "run,step,train_loss,val_loss,tokens_per_s"
+  for name in "${runs[@]}"; do
+    [[ -f "$RUNS/$name/log.csv" ]] || continue
+    awk -F, -v OFS=, -v name="$name" 'NR > 1 { print name, $1, $2, $3, $6 }' "$RUNS/$name/log.csv"
+  done
+} > "$DEST/curves.csv.tmp" && mv "$DEST/curves.csv.tmp" "$DEST/curves.csv"
+echo "wrote $DEST/curves.csv" >&2
+
 # Final validation loss against the fraction of wiki's training split (100 % = wiki_scratch).
 fractions=$(mktemp)
 trap 'rm -f "$fractions"' EXIT
@@ -72,18 +87,24 @@ set xrange [0:105]
 plot "$fractions" using 1:2 with linespoints lw 2 pt 7
 EOF
   echo "wrote $DEST/fraction.svg" >&2
+  { echo "fraction_percent,final_val_loss"; cat "$fractions"; } > "$DEST/fraction.csv.tmp" &&
+    mv "$DEST/fraction.csv.tmp" "$DEST/fraction.csv"
+  echo "wrote $DEST/fraction.csv" >&2
 fi
 
-# The table: one row per run that exists.
+# The table: one row per run that exists, printed and kept as runs.csv.
 echo "| run | steps | final val loss | best val loss | mean tokens/s |"
 echo "| --- | --- | --- | --- | --- |"
-for name in shakespeare_standard shakespeare_symmetric wiki_scratch wiki_transfer \
-  wiki_fraction_25 wiki_fraction_50 wiki_fraction_75; do
+echo "run,finished,steps,final_val_loss,best_val_loss,mean_tokens_per_s" > "$DEST/runs.csv.tmp"
+for name in "${runs[@]}"; do
   [[ -f "$RUNS/$name/log.csv" ]] || continue
-  label=$name
-  [[ -f "$RUNS/$name/done" ]] || label="$name (unfinished)"
-  awk -F, -v name="$label" 'NR > 1 {
-      step = $1; last = $3; if (best == "" || $3 < best) best = $3; tps += $6; n++ }
-    END { printf "| %s | %d | %.4f | %.4f | %.0f |\n", name, step, last, best, tps / n }' \
-    "$RUNS/$name/log.csv"
+  label=$name finished=1
+  [[ -f "$RUNS/$name/done" ]] || label="$name (unfinished)" finished=0
+  row=$(awk -F, 'NR > 1 { step = $1; last = $3; if (best == "" || $3 < best) best = $3; tps += $6; n++ }
+    END { printf "%d,%.4f,%.4f,%.0f", step, last, best, tps / n }' "$RUNS/$name/log.csv")
+  echo "$name,$finished,$row" >> "$DEST/runs.csv.tmp"
+  IFS=, read -r steps final best tps <<< "$row"
+  echo "| $label | $steps | $final | $best | $tps |"
 done
+mv "$DEST/runs.csv.tmp" "$DEST/runs.csv"
+echo "wrote $DEST/runs.csv" >&2
