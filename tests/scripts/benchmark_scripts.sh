@@ -56,6 +56,9 @@ run "torch_train_step.py --autocast bf16" "$py" "$src/benchmarks/torch_train_ste
   --config demo --threads 1 --steps 1 --autocast bf16 --json
 run "vs_torch.py generate" "$py" "$src/benchmarks/vs_torch.py" generate --build "$build" \
   "${q[@]}" --configs demo --prompt 4 --tokens 4 --pairs 1 --csv "$work/generate.csv"
+# bench_attention's own table of backward plans (no script runs it): a tiny grouped-query case.
+run "bench_attention --plans --kv-heads 2" "$build/benchmarks/bench_attention" --plans --kv-heads 2 \
+  --lengths 40 --reps 1 --threads 1
 for csv in attention train generate; do
   [[ -s "$work/$csv.csv" ]] || { echo "FAIL vs_torch.py $csv: no --csv file written"; failed=1; }
 done
