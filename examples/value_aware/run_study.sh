@@ -10,13 +10,20 @@
 #   KERNELS=linformer32 SEEDS=1 examples/value_aware/run_study.sh   # the Linformer of the doc
 #   KERNELS=linear-scaled OUT=runs/va_scaled DEST=docs/experiments/value_aware/linear_scaled ...
 #   STEPS=20 WINDOWS=4 SEEDS="1 2" OUT=/tmp/va DEST=/tmp/d ...     # a quick check of the script
+#   examples/value_aware/run_study.sh keep                     # finished models' results into KEEP
 #
 # Each model goes to OUT/<kernel>-s<seed>/ with a `done` marker, its evaluations to
 # OUT/eval_<kernel>-s<seed>.csv, OUT/layers_<kernel>-s<seed>-L0.csv and -L123.csv, and
 # OUT/weights_<kernel>-s<seed>.csv (the last three for the softmax, poly2 and elu+1 kernels, scaled
 # or not); finished work is skipped
 # and an interrupted training resumes from its checkpoint when the script is run again.
-# Variables: OUT (runs/value_aware), DEST (docs/experiments/value_aware), SEEDS ("1 2 3"),
+# A study that spans sessions survives the loss of its machine: `keep` copies into KEEP (default
+# studies/<name of OUT>, to be committed) every model whose evaluations are all written (its CSVs,
+# the logs and its training log.csv, not its checkpoint: the evaluations are what the summary
+# reads), with the study's settings; a later start restores from KEEP what OUT lacks (never over a
+# file of OUT) and refuses settings other than those the study began with. A model kept before its
+# evaluations were done is trained again (minutes). One start at a time per OUT (a lock).
+# Variables: OUT (runs/value_aware), KEEP, DEST (docs/experiments/value_aware), SEEDS ("1 2 3"),
 # KERNELS ("standard poly2 linear"; also linear-scaled, elu+1 with a learned scale on q and k per
 # head), STEPS (2500), WINDOWS (32 evaluation windows), JOBS (2 at a time), THREADS (1 per job),
 # BIN_DIR (a folder holding char_gpt/char_gpt and value_aware/value_aware; default the release
@@ -32,7 +39,64 @@ STEPS=${STEPS:-2500}
 WINDOWS=${WINDOWS:-32}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
+KEEP=${KEEP:-studies/${OUT##*/}}
 bin=${BIN_DIR:-build/release/examples}
+die() { echo "run_study.sh: $*" >&2; exit 1; }
+(($# == 0)) || [[ $* == keep ]] || die "unknown arguments '$*' (none, or keep)"
+copy() { cp "$1" "$2.tmp" && mv "$2.tmp" "$2"; }  # an atomic copy
+# What decides a model's numbers besides its kernel and seed (KERNELS and SEEDS may grow).
+settings() { printf 'STEPS=%s WINDOWS=%s THREADS=%s\n' "$STEPS" "$WINDOWS" "$THREADS"; }
+# outputs <name> <kernel>: the files of OUT that hold a model's evaluations.
+outputs() {
+  echo "eval_$1.csv"
+  [[ $2 =~ ^(standard|poly2|linear|linear-scaled)$ ]] || return 0
+  echo "weights_$1.csv" "layers_$1-L0.csv" "layers_$1-L123.csv"
+}
+
+# ---- keep: the finished models' results into KEEP, for a commit (the study may go on meanwhile)
+if [[ ${1:-} == keep ]]; then
+  [[ -f $OUT/settings.txt ]] || die "$OUT holds no study to keep"
+  mkdir -p "$KEEP"
+  copy "$OUT/settings.txt" "$KEEP/settings.txt"
+  for dir in "$OUT"/*-s*/; do
+    dir=${dir%/} && name=${dir##*/} && kernel=${name%-s*}
+    [[ -f $dir/done ]] || continue
+    files=($(outputs "$name" "$kernel"))
+    ready=1
+    for f in "${files[@]}"; do [[ -f $OUT/$f ]] || ready=0; done
+    ((ready)) || { echo "not kept: $name (evaluations not finished)"; continue; }
+    mkdir -p "$KEEP/$name"
+    for f in "${files[@]}"; do copy "$OUT/$f" "$KEEP/$f"; done
+    [[ -f $dir/log.csv ]] && copy "$dir/log.csv" "$KEEP/$name/log.csv"
+    [[ -f $dir.log ]] && copy "$dir.log" "$KEEP/$name.log"
+    touch "$KEEP/$name/done"
+    echo "kept $name"
+  done
+  echo "kept in $KEEP: $(du -sh "$KEEP" | cut -f1)"
+  exit 0
+fi
+
+mkdir -p "$OUT"
+exec 9>>"$OUT/lock"
+flock -n 9 || die "$OUT is in use by another run_study.sh (its lock is $OUT/lock)"
+# ---- what a lost machine took: restored from KEEP, never over a file OUT has
+[[ -f $KEEP/settings.txt && ! -f $OUT/settings.txt ]] && copy "$KEEP/settings.txt" "$OUT/settings.txt"
+[[ -f $OUT/settings.txt ]] || settings >"$OUT/settings.txt"
+[[ $(<"$OUT/settings.txt") == "$(settings)" ]] ||
+  die "$OUT is a study of $(<"$OUT/settings.txt"), not $(settings): give those, or another OUT"
+for kept in "$KEEP"/*-s*/; do
+  [[ -f $kept/done ]] || continue
+  kept=${kept%/} && name=${kept##*/} && dir=$OUT/$name
+  [[ -e $dir ]] && continue
+  mkdir -p "$dir.tmp"
+  [[ -f $kept/log.csv ]] && cp "$kept/log.csv" "$dir.tmp/log.csv"
+  touch "$dir.tmp/done"
+  for f in $(outputs "$name" "${name%-s*}"); do [[ -e $OUT/$f ]] || copy "$KEEP/$f" "$OUT/$f"; done
+  [[ -f $kept.log && ! -e $dir.log ]] && copy "$kept.log" "$dir.log"
+  mv "$dir.tmp" "$dir"
+  echo "== restored $name from $KEEP"
+done
+
 if [[ -z ${BIN_DIR:-} && (! -x $bin/char_gpt/char_gpt || ! -x $bin/value_aware/value_aware) ]]; then
   cmake --preset release >/dev/null
   cmake --build --preset release --target char_gpt value_aware
@@ -82,7 +146,6 @@ study() {
   done
 }
 
-mkdir -p "$OUT"
 source examples/common/jobs.sh
 for seed in $SEEDS; do
   for kernel in $KERNELS; do job_start study "$kernel" "$seed"; done
