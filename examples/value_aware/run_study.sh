@@ -50,7 +50,7 @@ settings() { printf 'STEPS=%s WINDOWS=%s THREADS=%s\n' "$STEPS" "$WINDOWS" "$THR
 outputs() {
   echo "eval_$1.csv"
   [[ $2 =~ ^(standard|poly2|linear|linear-scaled)$ ]] || return 0
-  echo "weights_$1.csv" "layers_$1-L0.csv" "layers_$1-L123.csv"
+  printf '%s\n' "weights_$1.csv" "layers_$1-L0.csv" "layers_$1-L123.csv"
 }
 
 # ---- keep: the finished models' results into KEEP, for a commit (the study may go on meanwhile)
@@ -61,7 +61,7 @@ if [[ ${1:-} == keep ]]; then
   for dir in "$OUT"/*-s*/; do
     dir=${dir%/} && name=${dir##*/} && kernel=${name%-s*}
     [[ -f $dir/done ]] || continue
-    files=($(outputs "$name" "$kernel"))
+    mapfile -t files < <(outputs "$name" "$kernel")
     ready=1
     for f in "${files[@]}"; do [[ -f $OUT/$f ]] || ready=0; done
     ((ready)) || { echo "not kept: $name (evaluations not finished)"; continue; }
@@ -91,7 +91,8 @@ for kept in "$KEEP"/*-s*/; do
   mkdir -p "$dir.tmp"
   [[ -f $kept/log.csv ]] && cp "$kept/log.csv" "$dir.tmp/log.csv"
   touch "$dir.tmp/done"
-  for f in $(outputs "$name" "${name%-s*}"); do [[ -e $OUT/$f ]] || copy "$KEEP/$f" "$OUT/$f"; done
+  mapfile -t files < <(outputs "$name" "${name%-s*}")
+  for f in "${files[@]}"; do [[ -e $OUT/$f ]] || copy "$KEEP/$f" "$OUT/$f"; done
   [[ -f $kept.log && ! -e $dir.log ]] && copy "$kept.log" "$dir.log"
   mv "$dir.tmp" "$dir"
   echo "== restored $name from $KEEP"
@@ -109,11 +110,11 @@ study() {
   if [[ ! -f "$dir/done" ]]; then
     if [[ -f "$dir/checkpoint.safetensors" ]]; then
       echo "== $name: resuming"
-      $bin/char_gpt/char_gpt --resume "$dir/checkpoint.safetensors" --threads "$THREADS" \
+      "$bin"/char_gpt/char_gpt --resume "$dir/checkpoint.safetensors" --threads "$THREADS" \
         >"$dir.log" 2>&1
     else
       echo "== $name: training"
-      $bin/char_gpt/char_gpt --attention "$kernel" --layers 4 --heads 4 --embd 128 \
+      "$bin"/char_gpt/char_gpt --attention "$kernel" --layers 4 --heads 4 --embd 128 \
         --block 256 --batch 8 --steps "$STEPS" --warmup 100 --lr 2e-3 --min-lr 2e-4 \
         --eval-every 250 --eval-batches 8 --seed "$seed" --threads "$THREADS" \
         --sample-tokens 300 --out "$dir" --overwrite >"$dir.log" 2>&1
@@ -122,14 +123,14 @@ study() {
   fi
   if [[ ! -f "$OUT/eval_$name.csv" ]]; then
     echo "== $name: evaluating"
-    $bin/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
+    "$bin"/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
       --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/eval_$name.csv.part" --overwrite \
       >"$OUT/eval_$name.log" 2>&1
     mv "$OUT/eval_$name.csv.part" "$OUT/eval_$name.csv"
   fi
   [[ $kernel =~ ^(standard|poly2|linear|linear-scaled)$ ]] || return 0
   if [[ ! -f "$OUT/weights_$name.csv" ]]; then
-    $bin/value_aware/value_aware weights "$dir/checkpoint.safetensors" --label "$name" \
+    "$bin"/value_aware/value_aware weights "$dir/checkpoint.safetensors" --label "$name" \
       --windows "$WINDOWS" --threads "$THREADS" --out "$OUT/weights_$name.csv.part" --overwrite \
       >"$OUT/weights_$name.log" 2>&1
     mv "$OUT/weights_$name.csv.part" "$OUT/weights_$name.csv"
@@ -139,7 +140,7 @@ study() {
   for layers in 0 1,2,3; do
     part="$OUT/layers_$name-L${layers//,/}.csv"
     [[ -f $part ]] && continue
-    $bin/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
+    "$bin"/value_aware/value_aware eval "$dir/checkpoint.safetensors" --label "$name" \
       --layers "$layers" --windows "$WINDOWS" --threads "$THREADS" --out "$part.part" --overwrite \
       >"${part%.csv}.log" 2>&1
     mv "$part.part" "$part"
