@@ -12,6 +12,12 @@
 #   kill -STOP -- -PGID / kill -CONT -- -PGID          # pause / continue it (benchmarks)
 #   examples/birthplace/full_recipe.sh keep            # copy the study's state into KEEP (commit it)
 #
+# Two starts share a study: each variant, and the control, is run by the first start that takes its
+# lock (OUT/lock.VARIANT, OUT/lock.control), and a start skips what another one holds. So on two
+# cores `THREADS=1` started twice pretrains vanilla and the synthesizer side by side (a thread per
+# start loses nothing at barriers, where one start on two threads does); each part's result is the
+# same bits on any number of threads and starts.
+#
 # A lost machine takes runs/ with it. So that it costs minutes and not the hours of pretraining
 # done, `keep` copies what the study cannot recompute quickly into KEEP (studies/birthplace_full,
 # committed): results.csv, the London baseline, the evaluations and predictions, the pretraining
@@ -112,9 +118,10 @@ mkdir -p "$OUT" runs/bin
 source examples/common/session_priority.sh
 session_priority 19
 
-# One study at a time: a second start waits for nothing and says so.
+# The setup below (recipe, restore, binary, London baseline) is one start's at a time; a second
+# start waits for it (seconds, or a build on a new machine). The parts are locked one by one later.
 exec 9>>"$OUT/lock"
-flock -n 9 || die "$OUT is in use by another full_recipe.sh (its lock is $OUT/lock)"
+flock -n 9 || { echo "== $OUT is being set up by another full_recipe.sh: waiting for it"; flock 9; }
 
 # A study keeps its recipe (a study from before RECIPE existed is attn's).
 [[ -f $OUT/recipe.txt || ! -f $OUT/binary.txt ]] || echo attn >"$OUT/recipe.txt"
@@ -186,6 +193,18 @@ fi
 LONDON=$(awk '/^Correct:/ { print $2 }' "$OUT/london.txt")
 
 [[ -f $OUT/results.csv ]] || echo "variant,pretrain_epochs,seed,correct,total,london,chance,p" >"$OUT/results.csv"
+flock -u 9  # setup done; results.csv gets whole lines, appended (one write each)
+
+# take PART: this start's lock on one part of the study (a variant or the control), on fd 8, held
+# until release; false when another start holds it.
+take() {
+  exec 8>>"$OUT/lock.$1"
+  flock -n 8 && return
+  exec 8>&-
+  echo "== $(date -u +%FT%TZ) $1: run by another full_recipe.sh (its lock is $OUT/lock.$1), skipped"
+  return 1
+}
+release() { exec 8>&-; }
 
 # evaluate VARIANT PRETRAIN_EPOCHS CHECKPOINT: one row of results.csv (once per model).
 evaluate() {
@@ -219,6 +238,8 @@ finetune() {
 
 steps_per_epoch=$(( ($(grep -c '' data/wiki.txt) + 127) / 128 ))
 for variant in $VARIANTS; do
+  finished "$variant" && continue
+  take "$variant" || continue
   pre=$OUT/$variant-s$SEED.pretrain.params
   for e in $READOUTS; do
     grep -q "^$variant,$e,$SEED," "$OUT/results.csv" && continue
@@ -240,15 +261,24 @@ for variant in $VARIANTS; do
     finetune "$ft" "$FINETUNE" --reading-params "$snap"
     evaluate "$variant" "$e" "$ft"
   done
+  release
 done
 # The control last (no pretraining, the problem set's 75 finetuning epochs, under an hour): the row
 # every pretrained model is compared with. It ran first until a study needed more sessions than a
 # machine lasts; the pretraining, which takes hours, now starts at once.
-if ! grep -q "^vanilla,0,$SEED," "$OUT/results.csv"; then
+if ! grep -q "^vanilla,0,$SEED," "$OUT/results.csv" && take control; then
   ft=$OUT/nopretrain-s$SEED.finetune.params
   finetune "$ft" "$FINETUNE_SCRATCH"
   evaluate vanilla 0 "$ft"
+  release
 fi
 
-echo "== $(date -u +%FT%TZ) full_recipe.sh: done"
-cat "$OUT/results.csv"
+left=""
+for v in $VARIANTS; do finished "$v" || left+=" $v"; done
+grep -q "^vanilla,0,$SEED," "$OUT/results.csv" || left+=" control"
+if [[ -n $left ]]; then
+  echo "== $(date -u +%FT%TZ) full_recipe.sh: this start is done; another is running:$left"
+else
+  echo "== $(date -u +%FT%TZ) full_recipe.sh: done"
+  cat "$OUT/results.csv"
+fi
