@@ -11,7 +11,7 @@ RUNS/weights_<kernel>-s<seed>.csv from `value_aware weights`) and writes into DE
                 over the seeds
   ovo.svg       the OVO-r validation loss per kernel, mean ± sd over the seeds (gnuplot)
 
-and prints the tables docs/experiments/value_aware.md quotes, as Markdown. Standard library only.
+and prints every table docs/experiments/value_aware.md quotes from them, as Markdown. Standard library only.
 
   examples/value_aware/summarise.py [RUNS] [DEST]   (runs/value_aware, docs/experiments/value_aware)
 """
@@ -236,6 +236,90 @@ def main():
                     cells.append(f"{mean_sd(r)[0]:.2f} ± {mean_sd(r)[1]:.2f}" if r else "—")
                 if any(c != "—" for c in cells):
                     print(f"| {LABEL.get(k, k)} | {label} | " + " | ".join(cells) + " |")
+
+    with open(dest / "weights.csv", newline="") as fh:
+        weights_rows = list(csv.DictReader(fh))
+    print_more_tables(summary, kernels, weights_rows)
+
+def print_more_tables(summary, kernels, weights_rows):
+    """The rest of the tables value_aware.md quotes: relative errors, the OVO-r curve, OVA-r
+    against OVO-r and window-r, the practical schemes, and the weights per layer."""
+
+    def mean(kernel, method, what):
+        e = summary.get((kernel, method))
+        return mean_sd(e[what])[0] if e else None
+
+    def fmt(v, digits):
+        return "—" if v is None else f"{v:.{digits}g}" if digits < 0 else f"{v:.{digits}f}"
+
+    def ppl(kernel, method):
+        e = summary.get((kernel, method))
+        if not e:
+            return "—"
+        m, sd = mean_sd(e["ppl"])
+        digits = 3 if m < 10 else 2 if m < 100 else 1 if m < 1000 else 0
+        return f"{m:.{digits}f} ± {sd:.{digits}f}"
+
+    labels = " | ".join(LABEL.get(k, k) for k in kernels)
+    print()
+    print("Relative output error (mean over seeds)")
+    print("| kernel | OVO-1 | OVO-33 | OVA-1 | OVA-33 |")
+    print("| --- | --- | --- | --- | --- |")
+    for k in kernels:
+        cells = [mean(k, m, "error") for m in ("OVO-1", "OVO-33", "OVA-1", "OVA-(d+1)")]
+        print(f"| {LABEL.get(k, k)} | " + " | ".join(
+            "—" if v is None else f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}" for v in cells) + " |")
+
+    print()
+    print("OVO-r loss (nats per character, mean over seeds); mean keys of the first kernel")
+    print(f"| r | mean keys | {labels} |")
+    print("| --- | --- |" + " --- |" * len(kernels))
+    rs = sorted({e["r"] for (k, m), e in summary.items() if m.startswith("OVO-")})
+    print("| exact | " + fmt(mean(kernels[0], "exact", "keys"), 1) + " | "
+          + " | ".join(fmt(mean(k, "exact", "loss"), 4) for k in kernels) + " |")
+    for r in rs:
+        print(f"| {r} | {fmt(mean(kernels[0], f'OVO-{r}', 'keys'), 1)} | "
+              + " | ".join(fmt(mean(k, f"OVO-{r}", "loss"), 4) for k in kernels) + " |")
+
+    print()
+    print("Perplexity of OVO-r, the OVA-r heuristic and window-r")
+    print("| kernel | r | OVO-r | OVA-r (heuristic) | window-r |")
+    print("| --- | --- | --- | --- | --- |")
+    for k in kernels:
+        for r in (2, 4, 8):
+            print(f"| {LABEL.get(k, k)} | {r} | {ppl(k, f'OVO-{r}')} | "
+                  f"{ppl(k, f'OVA-{r} (heuristic)')} | {ppl(k, f'window-{r}')} |")
+
+    print()
+    print("Practical schemes: perplexity; keys = mean keys per scored query (first kernel)")
+    print(f"| scheme | keys | {labels} |")
+    print("| --- | --- |" + " --- |" * len(kernels))
+    families = ("window-", "LSH ", "RF ")
+    schemes = ["exact"] + sorted(
+        {m for (_, m) in summary if m.startswith(families)},
+        key=lambda m: (next(i for i, f in enumerate(families) if m.startswith(f)),
+                       [int(n) for n in re.findall(r"\d+", m)]))
+    for m in schemes:
+        keys = mean(kernels[0], m, "keys")
+        print(f"| {m} | {'all' if keys == 0 else fmt(keys, 1)} | "
+              + " | ".join(ppl(k, m) for k in kernels) + " |")
+
+    if weights_rows:
+        print()
+        print("Weights per layer (mean over seeds): largest, outside top d_h+1, effective keys, "
+              "|q|, |k|, outside top d_h+1 with q and k scaled")
+        scale_cols = [c for c in weights_rows[0] if c.startswith("tail_dh1_scale_")
+                      and c.endswith("_mean")]
+        print("| kernel, layer | largest weight | outside top 33 | effective keys | ‖q‖ | ‖k‖ | "
+              + " / ".join("c = " + c.split("_")[3] for c in scale_cols) + " |")
+        print("| --- " * 7 + "|")
+        for w in weights_rows:
+            print(f"| {LABEL.get(w['kernel'], w['kernel'])}, {w['layer']} | "
+                  f"{float(w['top1_mean']):.3f} | {float(w['tail_dh1_mean']):.3f} | "
+                  f"{float(w['effective_keys_mean']):.1f} | {float(w['q_norm_mean']):.1f} | "
+                  f"{float(w['k_norm_mean']):.1f} | "
+                  + " / ".join(f"{float(w[c]):.3f}" for c in scale_cols) + " |")
+
 
 if __name__ == "__main__":
     main()
