@@ -25,9 +25,10 @@
 # evaluations were done is trained again (minutes). One start at a time per OUT (a lock).
 # Variables: OUT (runs/value_aware), KEEP, DEST (docs/experiments/value_aware), SEEDS ("1 2 3"),
 # KERNELS ("standard poly2 linear"; also linear-scaled, elu+1 with a learned scale on q and k per
-# head), STEPS (2500), WINDOWS (32 evaluation windows), JOBS (2 at a time), THREADS (1 per job),
-# BIN_DIR (a folder holding char_gpt/char_gpt and value_aware/value_aware; default the release
-# build's, built when missing). Training is deterministic for a seed and thread count.
+# head), STEPS (2500), WINDOWS (64 evaluation windows: 8192 scored characters), JOBS (2 at a
+# time), THREADS (1 per job), BIN_DIR (a folder holding char_gpt/char_gpt and
+# value_aware/value_aware; default the release build's, built when missing). Training is
+# deterministic for a seed and thread count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -36,7 +37,7 @@ DEST=${DEST:-docs/experiments/value_aware}
 SEEDS=${SEEDS:-"1 2 3"}
 KERNELS=${KERNELS:-"standard poly2 linear"}
 STEPS=${STEPS:-2500}
-WINDOWS=${WINDOWS:-32}
+WINDOWS=${WINDOWS:-64}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
 KEEP=${KEEP:-studies/${OUT##*/}}
