@@ -11,7 +11,8 @@ RUNS/weights_<kernel>-s<seed>.csv from `value_aware weights`) and writes into DE
                 over the seeds
   ovo.svg       the OVO-r validation loss per kernel, mean ± sd over the seeds (gnuplot)
 
-and prints every table docs/experiments/value_aware.md quotes from them, as Markdown. Standard library only.
+and prints every table docs/experiments/value_aware.md quotes from them, as Markdown.
+Standard library only.
 
   examples/value_aware/summarise.py [RUNS] [DEST]   (runs/value_aware, docs/experiments/value_aware)
 """
@@ -241,6 +242,7 @@ def main():
         weights_rows = list(csv.DictReader(fh))
     print_more_tables(summary, kernels, weights_rows)
 
+
 def print_more_tables(summary, kernels, weights_rows):
     """The rest of the tables value_aware.md quotes: relative errors, the OVO-r curve, OVA-r
     against OVO-r and window-r, the practical schemes, and the weights per layer."""
@@ -250,7 +252,7 @@ def print_more_tables(summary, kernels, weights_rows):
         return mean_sd(e[what])[0] if e else None
 
     def fmt(v, digits):
-        return "—" if v is None else f"{v:.{digits}g}" if digits < 0 else f"{v:.{digits}f}"
+        return "—" if v is None else f"{v:.{digits}f}"
 
     def ppl(kernel, method):
         e = summary.get((kernel, method))
