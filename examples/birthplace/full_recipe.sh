@@ -41,7 +41,9 @@
 # otherwise, --init mingpt --decay-rule mingpt --order sequential, in every pretraining and
 # finetuning run; a study keeps the recipe it began with, in OUT/recipe.txt), OUT
 # (runs/birthplace_full, runs/birthplace_course for RECIPE=course), KEEP (studies/birthplace_full,
-# studies/birthplace_course), VARIANTS ("vanilla synthesizer"), SEED (1), THREADS (2),
+# studies/birthplace_course), VARIANTS (the variants a start runs: a new study's are "vanilla
+# synthesizer" unless given, kept in OUT/variants.txt; a later start runs them all, or those of
+# them it names), SEED (1), THREADS (2),
 # MICRO (--micro-batch, 32), READOUTS (pretraining epochs to finetune and evaluate, "100 200 400
 # 650"; the last must be EPOCHS), EPOCHS (650), FINETUNE and FINETUNE_SCRATCH (finetuning epochs
 # after and without pretraining, 10 and 75), BIN (the program to use for a new study). A quick
@@ -52,8 +54,14 @@
 # to runs/bin/birthplace-<commit> and records its path and SHA-256 in OUT/binary.txt; later starts
 # use that file and refuse to go on if it has changed. Results go to OUT/results.csv, one row per
 # evaluated model: variant,pretrain_epochs,seed,correct,total,london,chance,p (pretrain_epochs 0
-# for the control, which runs after the variants). Summarise with
-# examples/birthplace/full_summary.py OUT DEST.
+# for the control, which runs after the variants in a study that has vanilla). Summarise with
+# examples/birthplace/full_summary.py OUT... DEST.
+#
+# A variant that needs other code than a study's binary is a study of its own, with its own OUT
+# and KEEP: the RECIPE=course synthesizer (whose w2 --init mingpt draws as the problem set's code
+# only since the commit after the vanilla study's) is
+#   RECIPE=course VARIANTS=synthesizer OUT=runs/birthplace_course_synthesizer \
+#     KEEP=studies/birthplace_course_synthesizer examples/birthplace/full_recipe.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -64,7 +72,6 @@ case $RECIPE in
     OUT=${OUT:-runs/birthplace_course} && KEEP=${KEEP:-studies/birthplace_course} ;;
   *) echo "full_recipe.sh: RECIPE must be attn or course, not '$RECIPE'" >&2 && exit 1 ;;
 esac
-VARIANTS=${VARIANTS:-"vanilla synthesizer"}
 SEED=${SEED:-1}
 THREADS=${THREADS:-2}
 MICRO=${MICRO:-32}
@@ -79,9 +86,19 @@ for e in $READOUTS; do
   [[ $e =~ ^[1-9][0-9]*$ && $e -le $EPOCHS ]] || die "READOUTS: '$e' is not an epoch in 1..$EPOCHS"
 done
 [[ ${READOUTS##* } == "$EPOCHS" ]] || die "READOUTS must end at EPOCHS ($EPOCHS), not ${READOUTS##* }"
-for v in $VARIANTS; do
+for v in ${VARIANTS:-}; do
   [[ $v =~ ^(vanilla|synthesizer|euclidean)$ ]] || die "VARIANTS: unknown variant '$v'"
 done
+# The study's variants (OUT/variants.txt, or KEEP's copy before a restore; a new study's: VARIANTS,
+# or both) and this start's: all of them, or those VARIANTS names.
+STUDY_VARIANTS=$(cat "$OUT/variants.txt" 2>/dev/null || cat "$KEEP/variants.txt" 2>/dev/null ||
+  echo "${VARIANTS:-vanilla synthesizer}")
+VARIANTS=${VARIANTS:-$STUDY_VARIANTS}
+for v in $VARIANTS; do
+  [[ " $STUDY_VARIANTS " == *" $v "* ]] ||
+    die "$OUT is a study of '$STUDY_VARIANTS', not of $v: leave VARIANTS out, or give another OUT and KEEP"
+done
+has_control() { [[ " $STUDY_VARIANTS " == *" vanilla "* ]]; }
 
 meta() {  # meta FILE KEY: one metadata value of a checkpoint (from the safetensors JSON header)
   python3 -c 'import json,struct,sys
@@ -106,7 +123,7 @@ if [[ ${1:-} == keep ]]; then
       echo "kept ${pre##*/} at step $(meta "$pre" train.step)"
     fi
   done
-  for f in "$OUT"/results.csv "$OUT"/london.txt "$OUT"/binaries.txt "$OUT"/*.log.csv \
+  for f in "$OUT"/results.csv "$OUT"/variants.txt "$OUT"/london.txt "$OUT"/binaries.txt "$OUT"/*.log.csv \
            "$OUT"/*.evaluate.txt "$OUT"/*.predictions "$OUT"/*.params.txt; do
     [[ -f $f ]] && copy "$f" "$KEEP/${f##*/}"
   done
@@ -128,6 +145,7 @@ flock -n 9 || { echo "== $OUT is being set up by another full_recipe.sh: waiting
 [[ -f $OUT/recipe.txt ]] || echo "$RECIPE" >"$OUT/recipe.txt"
 [[ $(<"$OUT/recipe.txt") == "$RECIPE" ]] ||
   die "$OUT is a study of RECIPE=$(<"$OUT/recipe.txt"), not $RECIPE: give that RECIPE, or another OUT"
+[[ -f $OUT/variants.txt ]] || echo "$STUDY_VARIANTS" >"$OUT/variants.txt"
 
 # ---- what a lost machine took: restored from KEEP, never over a file OUT has
 if [[ -d $KEEP ]]; then
@@ -167,7 +185,10 @@ if [[ ! -f $OUT/binary.txt ]]; then
     cmake --build --preset release --target birthplace >/dev/null
     BIN=build/release/examples/birthplace/birthplace
   fi
-  commit=${commit:-$(git rev-parse --short=7 HEAD)}
+  if [[ -z ${commit:-} ]]; then  # a BIN given from a changed tree is not its commit's
+    commit=$(git rev-parse --short=7 HEAD)
+    [[ -z $(git status --porcelain -- include examples src CMakeLists.txt cmake) ]] || commit+=-changed
+  fi
   [[ -x $BIN ]] || die "BIN=$BIN is not an executable"
   kept=runs/bin/birthplace-$commit
   [[ -e $kept ]] && ! cmp -s "$BIN" "$kept" && kept=$kept-$(sha256sum "$BIN" | cut -c1-8)
@@ -266,7 +287,7 @@ done
 # The control last (no pretraining, the problem set's 75 finetuning epochs, under an hour): the row
 # every pretrained model is compared with. It ran first until a study needed more sessions than a
 # machine lasts; the pretraining, which takes hours, now starts at once.
-if ! grep -q "^vanilla,0,$SEED," "$OUT/results.csv" && take control; then
+if has_control && ! grep -q "^vanilla,0,$SEED," "$OUT/results.csv" && take control; then
   ft=$OUT/nopretrain-s$SEED.finetune.params
   finetune "$ft" "$FINETUNE_SCRATCH"
   evaluate vanilla 0 "$ft"
@@ -275,7 +296,7 @@ fi
 
 left=""
 for v in $VARIANTS; do finished "$v" || left+=" $v"; done
-grep -q "^vanilla,0,$SEED," "$OUT/results.csv" || left+=" control"
+if has_control && ! grep -q "^vanilla,0,$SEED," "$OUT/results.csv"; then left+=" control"; fi
 if [[ -n $left ]]; then
   echo "== $(date -u +%FT%TZ) full_recipe.sh: this start is done; another is running:$left"
 else

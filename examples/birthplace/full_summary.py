@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Summary of the birth-place study at the problem set's full scale (full_recipe.sh).
 
-    examples/birthplace/full_summary.py RUNS DEST
+    examples/birthplace/full_summary.py RUNS [RUNS...] DEST
 
 Reads RUNS/results.csv and the pretraining logs RUNS/<variant>-s<seed>.pretrain.params.log.csv
-that full_recipe.sh and the trainer write, and writes, atomically, into DEST:
+that full_recipe.sh and the trainer write (of each study given: a variant that is a study of its
+own, the problem set's synthesizer beside its vanilla, joins the others' table and plots), and
+writes, atomically, into DEST:
 
   results.csv        one row per evaluated model, as full_recipe.sh wrote them, sorted:
                      variant,pretrain_epochs,seed,correct,total,london,chance,p
@@ -49,7 +51,6 @@ def read_results(runs: Path):
         if list(r) != RESULT_HEADER:
             sys.exit(f"full_summary.py: {runs / 'results.csv'}: columns {list(r)}, "
                      f"expected {RESULT_HEADER}")
-    rows.sort(key=lambda r: (r["variant"], int(r["seed"]), int(r["pretrain_epochs"])))
     return rows
 
 
@@ -138,18 +139,27 @@ def plot_loss(dest: Path, losses):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         sys.exit(__doc__.split("\n\n")[1])
-    runs, dest = Path(sys.argv[1]), Path(sys.argv[2])
-    if not (runs / "results.csv").is_file():
-        sys.exit(f"full_summary.py: {runs / 'results.csv'} not found (run full_recipe.sh first)")
+    studies, dest = [Path(a) for a in sys.argv[1:-1]], Path(sys.argv[-1])
+    results, losses, where = [], {}, {}
+    for runs in studies:
+        if not (runs / "results.csv").is_file():
+            sys.exit(f"full_summary.py: {runs / 'results.csv'} not found (run full_recipe.sh first)")
+        for r in read_results(runs):
+            key = (r["variant"], r["pretrain_epochs"], r["seed"])
+            if key in where:
+                sys.exit(f"full_summary.py: {'/'.join(key)} is in both {where[key]} and {runs}")
+            where[key] = runs
+            results.append(r)
+        for log in sorted(runs.glob("*-s*.pretrain.params.log.csv")):
+            variant, seed = log.name[: -len(".pretrain.params.log.csv")].rsplit("-s", 1)
+            if (variant, int(seed)) in losses:
+                sys.exit(f"full_summary.py: two pretraining logs of {variant}, seed {seed} ({log})")
+            losses[(variant, int(seed))] = loss_points(log)
+    results.sort(key=lambda r: (r["variant"], int(r["seed"]), int(r["pretrain_epochs"])))
     dest.mkdir(parents=True, exist_ok=True)
-    results = read_results(runs)
     write_csv(dest / "results.csv", RESULT_HEADER, [[r[k] for k in RESULT_HEADER] for r in results])
-    losses = {}
-    for log in sorted(runs.glob("*-s*.pretrain.params.log.csv")):
-        variant, seed = log.name[: -len(".pretrain.params.log.csv")].rsplit("-s", 1)
-        losses[(variant, int(seed))] = loss_points(log)
     write_csv(dest / "pretrain_loss.csv", LOSS_HEADER,
               [[v, s, f"{e:g}", f"{l:.4f}", k] for (v, s), pts in sorted(losses.items())
                for e, l, k in pts])

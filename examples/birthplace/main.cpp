@@ -137,8 +137,8 @@ void declare_model(Settings& s, Options& o) {
       .on_resume(not_saved);
   s.text("init", o.init,
          "gpt2: weights N(0, 0.02^2), the residual projections 0.02/sqrt(2 layers), the position "
-         "table like the token table; mingpt: the problem set's code, every weight N(0, 0.02^2) "
-         "and the position table zero (new models)")
+         "table like the token table; mingpt: the problem set's code, every weight N(0, 0.02^2), "
+         "the position table zero and the synthesizer's w2 U(-0.001, 0.001) (new models)")
       .choices({"gpt2", "mingpt"})
       .on_resume(not_saved);
 }

@@ -12,6 +12,7 @@
 #include <attn/attn.hpp>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -857,6 +858,43 @@ TEST_CASE("nn::GPT<SynthesizerAttention>: the full backward against finite diffe
   std::vector<std::string> names = names_of(gpt);
   CHECK(std::find(names.begin(), names.end(), "blocks.1.attn.w2") != names.end());
   CHECK(std::find(names.begin(), names.end(), "blocks.0.attn.out_proj.weight") != names.end());
+}
+
+TEST_CASE("nn::GPT<SynthesizerAttention> initialisation: w2 ~ U(-0.001, 0.001) under minGPT's") {
+  // The problem set's SynthesizerAttention draws w2 from U(-0.001, 0.001), and minGPT's
+  // initialisation (which redraws Linear and Embedding weights only) leaves it so; GPT-2's scheme
+  // draws it like every other weight. 4 heads × 16 × 64 = 4096 draws per layer estimate the
+  // standard deviation within ~2 % (U(-r, r) has r/√3).
+  nn::GPTConfig c;
+  c.vocab_size = 50, c.block_size = 64, c.layers = 2, c.heads = 4, c.d_model = 64, c.seed = 3;
+  const auto w2_of = [&](nn::InitScheme init) {
+    c.init = init;
+    nn::GPT<Mha<score::Synthesizer, mask::Causal>> gpt(c);
+    return gpt.blocks[1].attn.score_params.w2.value;
+  };
+  const auto sd = [](const Tensor<double>& t) {
+    double s = 0;
+    for (double v : t) s += v * v;
+    return std::sqrt(s / double(t.numel()));
+  };
+  const Tensor<double> mingpt = w2_of(nn::InitScheme::mingpt);
+  CHECK(mingpt.shape() == Shape{4, 16, 64});
+  CHECK(std::all_of(mingpt.begin(), mingpt.end(), [](double v) { return std::abs(v) < 0.001; }));
+  CHECK(sd(mingpt) == doctest::Approx(0.001 / std::sqrt(3.0)).epsilon(0.04));
+  const double mean = std::accumulate(mingpt.begin(), mingpt.end(), 0.0) / double(mingpt.numel());
+  CHECK(std::abs(mean) < 0.001 / std::sqrt(3.0) * 4 / 64);  // 4 standard errors
+  CHECK(sd(w2_of(nn::InitScheme::normal)) == doctest::Approx(0.02).epsilon(0.04));
+  // The module on its own: N(0, init_std²) unless a range is given; a negative one is an error.
+  attn::MultiHeadConfig mc = config(6, 2, 5);
+  mc.synthesizer_range = -0.5;
+  CHECK(attn::test::message_of<attn::value_error>([&] {
+          attn::SynthesizerAttention<mask::Causal, Dyn, double> s(mc);
+        }).find("config.synthesizer_range must be >= 0, got -0.5") != std::string::npos);
+  mc.synthesizer_range = 0.25;
+  attn::SynthesizerAttention<mask::Causal, Dyn, double> uniform(mc);
+  const Tensor<double>& w2 = uniform.score_params.w2.value;
+  CHECK(std::all_of(w2.begin(), w2.end(), [](double v) { return std::abs(v) < 0.25; }));
+  CHECK(std::any_of(w2.begin(), w2.end(), [](double v) { return std::abs(v) > 0.1; }));
 }
 
 TEST_CASE("nn::GPT with each learned score: decoding equals the full forward pass") {

@@ -67,6 +67,8 @@ struct MultiHeadConfig {
                            // (score::Synthesizer); 0 when unused
   bool sinks = false;      // a learned sink logit per head in every softmax (attention_sink);
                            // fused softmax path only (quadratic and transformed scores)
+  // > 0: score::Synthesizer's w2 ~ U(−r, r) (the problem set's code: 0.001); 0: N(0, init_std²)
+  double synthesizer_range = 0.0;
   // A learned score bias, the module's parameter "position_bias": t5 [H, t5_buckets] (0 at the
   // start; t5_bidirectional false for a decoder's buckets) or alibi (slopes [H], the paper's at
   // the start). Score kernels with quadratic or transformed scores only.
@@ -504,9 +506,10 @@ struct Additive {
 // where x A_h + b₁,h is head h's slice of the query projection (checkpoint name w1, as in the
 // problem set's Linear(d, d)). Column j is B_h's column j whatever Tk is, so truncating to the
 // current length is consistent and decoding position p needs only its own row and the cached
-// values. Parameters w2 [H, Dh, ℓ] (B_h = w2[h], ~ N(0, init_std²)) and b2 [ℓ] (b₂, shared by the
-// heads as in the problem set's formula (3); absent with config.bias = false), drawn in the key
-// projection's place. There is no cross-attention (no key to take from a memory).
+// values. Parameters w2 [H, Dh, ℓ] (B_h = w2[h], ~ N(0, init_std²), or U(−r, r) with
+// r = config.synthesizer_range > 0) and b2 [ℓ] (b₂, shared by the heads as in the problem set's
+// formula (3), zero at the start; absent with config.bias = false), drawn in the key projection's
+// place. There is no cross-attention (no key to take from a memory).
 struct Synthesizer {
   static constexpr const char* name = "synthesizer";
   static constexpr ScoreForm form = ScoreForm::key_free;
@@ -524,8 +527,13 @@ struct Synthesizer {
                  "score::Synthesizer: config.max_length must be positive (the longest sequence; "
                  "w2 has one column per position), got ",
                  c.max_length);
-      w2 = Parameter<T>(
-          Tensor<T>::randn({c.heads, c.head_dim(), c.max_length}, rng, 0.0, c.init_std));
+      ATTN_CHECK(c.synthesizer_range >= 0, value_error,
+                 "score::Synthesizer: config.synthesizer_range must be >= 0, got ",
+                 c.synthesizer_range);
+      const Shape shape{c.heads, c.head_dim(), c.max_length};
+      const double r = c.synthesizer_range;
+      w2 = Parameter<T>(r > 0 ? Tensor<T>::uniform(shape, rng, -r, r)
+                              : Tensor<T>::randn(shape, rng, 0.0, c.init_std));
       b2 = Parameter<T>(Tensor<T>::zeros({c.bias ? c.max_length : 0}));
     }
     index_t max_length() const { return w2.shape()[2]; }

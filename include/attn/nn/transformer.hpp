@@ -32,7 +32,9 @@ enum class InitScheme {
   scaled_embedding,  // the same, and embeddings multiplied by √D (Takase et al. 2023, "Spike No
                      // More"), so the residual stream starts at unit scale
   mingpt,  // minGPT of 2020 (the problem set's model): every weight ~ N(0, 0.02²), the residual
-           // projections too, and the learned position table starts at zero (nn::GPT only)
+           // projections too, the learned position table starts at zero, and a synthesizer's w2
+           // ~ U(−0.001, 0.001), which minGPT's initialisation leaves as the problem set's
+           // SynthesizerAttention draws it (nn::GPT only)
 };
 
 struct GPTConfig {
@@ -229,6 +231,7 @@ class GPT {
       MultiHeadConfig mc{c.d_model, c.heads,    c.kv_heads, c.dropout,
                          c.bias,    c.init_std, rng.split()};
       mc.max_length = c.block_size;
+      if (c.init == InitScheme::mingpt) mc.synthesizer_range = 0.001;
       blocks.emplace_back(make(mc), mc, c.pre_ln, proj_std, rng, block_parts(c));
     }
     ln_f = Norm<T>(c.norm, c.d_model, c.norm_eps);
