@@ -19,7 +19,9 @@ writes, atomically, into DEST:
                      and the control (gnuplot; skipped with a message when it is missing)
   pretrain_loss.svg  the pretraining loss against epochs, per variant, with the reference's points
 
-and prints both tables. An unfinished study gives what it has reached. Standard library only.
+and prints both tables, the first with each pretrained model against the control of its seed
+(one-sided Fisher exact test: how likely as many right or more if pretraining changed nothing).
+An unfinished study gives what it has reached. Standard library only.
 
 The reference points: the problem set's own code (the minGPT-based course code, same wiki.txt,
 same recipe) logged a pretraining loss of 3.47, 3.15, 2.98, 2.90 and 2.82 in its first five
@@ -28,6 +30,7 @@ an audit read them.
 """
 
 import csv
+import math
 import subprocess
 import sys
 import tempfile
@@ -52,6 +55,13 @@ def read_results(runs: Path):
             sys.exit(f"full_summary.py: {runs / 'results.csv'}: columns {list(r)}, "
                      f"expected {RESULT_HEADER}")
     return rows
+
+
+def fisher_greater(a: int, n_a: int, b: int, n_b: int) -> float:
+    """One-sided Fisher exact test: P(at least a of the first n_a right | a + b right in all)."""
+    right, total = a + b, n_a + n_b
+    return sum(math.comb(right, k) * math.comb(total - right, n_a - k)
+               for k in range(a, min(right, n_a) + 1)) / math.comb(total, n_a)
 
 
 def loss_points(log: Path):
@@ -145,7 +155,8 @@ def main():
     results, losses, where = [], {}, {}
     for runs in studies:
         if not (runs / "results.csv").is_file():
-            sys.exit(f"full_summary.py: {runs / 'results.csv'} not found (run full_recipe.sh first)")
+            sys.exit(f"full_summary.py: {runs / 'results.csv'} not found "
+                     "(run full_recipe.sh first)")
         for r in read_results(runs):
             key = (r["variant"], r["pretrain_epochs"], r["seed"])
             if key in where:
@@ -165,11 +176,19 @@ def main():
                for e, l, k in pts])
     plot_accuracy(dest, results)
     plot_loss(dest, losses)
-    print("| variant | pretraining epochs | seed | right of 500 | London | chance level | p |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    controls = {r["seed"]: r for r in results if int(r["pretrain_epochs"]) == 0}
+    print("| variant | pretraining epochs | seed | right of 500 | London | chance level | p | "
+          "p against the control |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
+        c = controls.get(r["seed"])
+        against = ""
+        if c is not None and c is not r:
+            p = fisher_greater(int(r["correct"]), int(r["total"]),
+                               int(c["correct"]), int(c["total"]))
+            against = f"{p:.2g}"
         print(f"| {r['variant']} | {r['pretrain_epochs']} | {r['seed']} | {r['correct']} | "
-              f"{r['london']} | {r['chance']} | {r['p']} |")
+              f"{r['london']} | {r['chance']} | {r['p']} | {against} |")
     for (variant, seed), points in sorted(losses.items()):
         shown = [f"{e:g}: {l:.2f}" for e, l, k in points
                  if k == "epoch mean" or e in (10, 50, 100, 200, 300, 400, 500, 600, 650)
