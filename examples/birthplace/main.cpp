@@ -253,6 +253,13 @@ struct Run {
   Stage stage = Stage::pretrain;
   index_t examples = 0, block = 0;
   std::int64_t final_tokens = 0;
+  // Tokens minGPT's schedule counts per example: every target position, PAD included. The
+  // problem set's datasets pad an example to `block` characters and train on its first block − 1
+  // as input and its last block − 1 as target, so its trainer counts block − 1 a row; attn's rows
+  // are `block` long (the last target always PAD) and count block − 1 too, so that the cosine
+  // keeps the course's phase. A checkpoint saved without train.tokens_per_example counted
+  // `block` and resumes so.
+  index_t tokens_per_example = 0;
 
   std::int64_t steps_per_epoch() const { return (examples + o.batch - 1) / o.batch; }
   std::int64_t total_steps() const {
@@ -263,10 +270,10 @@ struct Run {
     const index_t first = index_t(step % steps_per_epoch()) * o.batch;
     return std::min(o.batch, examples - first);
   }
-  // Tokens (rows × block, PAD included, as minGPT counts them) of the steps before `step`.
+  // Tokens (rows × tokens_per_example, as minGPT counts them) of the steps before `step`.
   std::int64_t tokens_before(std::int64_t step) const {
     const std::int64_t epoch = step / steps_per_epoch(), in = step % steps_per_epoch();
-    return (epoch * examples + std::min<std::int64_t>(in * o.batch, examples)) * block;
+    return (epoch * examples + std::min<std::int64_t>(in * o.batch, examples)) * tokens_per_example;
   }
 };
 
@@ -292,6 +299,7 @@ void save_checkpoint(const fs::path& path, Model& model, Optimizer& opt,
   m["train.stage"] = stage_name(run.stage);
   m["train.examples"] = std::to_string(run.examples);
   m["train.final_tokens"] = std::to_string(run.final_tokens);
+  m["train.tokens_per_example"] = std::to_string(run.tokens_per_example);
   io::save_safetensors(path, file);
 }
 
@@ -434,6 +442,7 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
   // The run's settings: the saved ones when resuming; otherwise the options, settled. Then the
   // session: from the checkpoint's step, or from 0.
   Run run{o, stage, examples_of.size(), block};
+  run.tokens_per_example = block - 1;
   const auto start_session = [&](const attn::train::RunPoint& from) -> attn::train::Session& {
     return trainer.start_session({.from = from,
                                   .total = run.total_steps(),
@@ -460,9 +469,14 @@ int train(Options& o, Settings& settings, Stage stage, const io::Safetensors& so
                examples_of.size());
     o.shards = dp.shards(o.shards, o.batch);  // another split from here on, when given
     run.final_tokens = io::metadata_int(source_file, "train.final_tokens", source);
+    run.tokens_per_example =
+        source_file.metadata.contains("train.tokens_per_example")
+            ? index_t(io::metadata_int(source_file, "train.tokens_per_example", source))
+            : block;
     // Written so that a NaN read from a file fails every check.
-    ATTN_CHECK(o.save_every > 0 && run.final_tokens >= o.warmup_tokens, attn::io_error, source,
-               ": the saved training settings are out of range");
+    ATTN_CHECK(o.save_every > 0 && run.final_tokens >= o.warmup_tokens &&
+                   run.tokens_per_example >= 1 && run.tokens_per_example <= block,
+               attn::io_error, source, ": the saved training settings are out of range");
     const attn::train::Session& session =
         start_session(attn::train::read_run_point(source_file.metadata, source));
     if (session.finished()) {
