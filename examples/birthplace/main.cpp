@@ -694,6 +694,70 @@ int evaluate(const Options& o, const io::Safetensors& file, const std::string& v
   return 0;
 }
 
+// recall: how many of the questions' facts a pretrained model writes out in the pretraining
+// format (data::recall_facts): the corpus line that names the person and, after the name, the
+// answer, with the answer masked, "prefix ⁇ suffix ⁇", completed greedily.
+int recall(const Options& o, const io::Safetensors& file) {
+  attn::set_num_threads(o.threads);
+  attn::set_denormals(attn::parse_denormals(o.denormals));
+  const std::string& variant = io::metadata_string(file, "variant", o.reading_params);
+  Model model(io::get_gpt_config(file, o.reading_params), examples::attention_factory(variant));
+  io::get_parameters(file, model, o.reading_params);
+  const auto tok =
+      data::CharTokenizer::from_vocabulary(io::metadata_string(file, "vocab", o.reading_params));
+  const index_t block = model.config().block_size;
+  const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), block, o.eval_corpus);
+  const std::string text = examples::read_corpus(o.pretrain_corpus);
+  const data::SpanCorruption corpus =
+      examples::about(o.pretrain_corpus, [&] { return data::SpanCorruption(tok, text, block); });
+  attn::train::ProgressLine progress;
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::FactRecall r = data::recall_facts(
+      model, tok, qa, corpus, data::birth_question_subject, [&](index_t done, index_t n) {
+        const double s = seconds_since(t0);
+        progress.show(double(done) / double(n),
+                      "question " + std::to_string(done) + "/" + std::to_string(n),
+                      s / double(done) * double(n - done), done == n);
+      });
+  progress.finish();
+  std::printf("%s on %s, facts as %s states them (%s attention), %.1f s\n",
+              o.reading_params.c_str(), o.eval_corpus.c_str(), o.pretrain_corpus.c_str(),
+              variant.c_str(), seconds_since(t0));
+  std::printf(
+      "Recalled: %lld out of %lld probed: %.2f%% (%lld of %lld questions not probed: no "
+      "line of the corpus starts with the name and names the answer after it within its "
+      "first %lld characters)\n",
+      (long long)r.recalled, (long long)r.probed,
+      r.probed > 0 ? 100.0 * double(r.recalled) / double(r.probed) : 0.0,
+      (long long)(r.total - r.probed), (long long)r.total, (long long)corpus.max_truncation());
+  const data::ChanceLevel c = data::recall_chance_level(qa, r);
+  std::printf(
+      "By chance (the same completions, shuffled over the probed questions): %.2f right on "
+      "average; "
+      "p = %.3g for %lld or more (%lld shuffles)\n",
+      c.expected, c.p_at_least, (long long)c.correct, (long long)c.shuffles);
+  if (!o.outputs_path.empty()) {
+    // One line per question: recalled, missed or unprobed, a tab, the completion (escaped as in
+    // the predictions files; empty where unprobed).
+    std::string out;
+    const std::string completions = data::predictions_text(r.completions);
+    std::size_t begin = 0;
+    for (index_t i = 0; i < r.total; ++i) {
+      const std::size_t end = completions.find('\n', begin);
+      const char* status = !r.was_probed[std::size_t(i)]    ? "unprobed"
+                           : r.was_recalled[std::size_t(i)] ? "recalled"
+                                                            : "missed";
+      out += status;
+      out += '\t';
+      out.append(completions, begin, end - begin + 1);
+      begin = end + 1;
+    }
+    io::write_file_atomically(o.outputs_path, out);
+    std::printf("completions: %s\n", o.outputs_path.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -712,7 +776,7 @@ int main(int argc, char** argv) {
 
   // Each subcommand's options are one settings table (declare_stage, ...); CLI11 only reads them.
   Options pre = stage_options(Stage::pretrain), fine = stage_options(Stage::finetune), ev;
-  Settings pre_settings, fine_settings, evaluate_settings, london_settings;
+  Settings pre_settings, fine_settings, evaluate_settings, recall_settings, london_settings;
   declare_stage(pre_settings, pre, Stage::pretrain);
   declare_stage(fine_settings, fine, Stage::finetune);
   evaluate_settings.text("reading-params", ev.reading_params, "finetuned checkpoint");
@@ -721,6 +785,12 @@ int main(int argc, char** argv) {
   evaluate_settings.integer("threads", ev.threads, "OpenMP threads").range(1, 256);
   declare_denormals(evaluate_settings, ev);
   declare_questions(evaluate_settings, ev);
+  recall_settings.text("reading-params", ev.reading_params, "pretrained (or finetuned) checkpoint");
+  recall_settings.text("pretrain-corpus", ev.pretrain_corpus,
+                       "the corpus whose statements of the facts are probed");
+  recall_settings.integer("threads", ev.threads, "OpenMP threads").range(1, 256);
+  declare_denormals(recall_settings, ev);
+  declare_questions(recall_settings, ev);
   london_settings.text("pretrain-corpus", ev.pretrain_corpus, "text that defines the vocabulary");
   declare_vocabulary(london_settings, ev);
   declare_questions(london_settings, ev);
@@ -733,10 +803,14 @@ int main(int argc, char** argv) {
                          "--reading-params)");
   CLI::App* evaluate_cmd =
       app.add_subcommand("evaluate", "greedy answers to a TSV's questions: exact-match accuracy");
+  CLI::App* recall_cmd = app.add_subcommand(
+      "recall",
+      "how many of the questions' facts a pretrained model writes out in the pretraining format");
   CLI::App* london = app.add_subcommand("london", "accuracy of answering \"London\" every time");
   const std::pair<CLI::App*, Settings*> commands[] = {{pretrain, &pre_settings},
                                                       {finetune, &fine_settings},
                                                       {evaluate_cmd, &evaluate_settings},
+                                                      {recall_cmd, &recall_settings},
                                                       {london, &london_settings}};
   // What the table does not say: which inputs must exist, and which options exclude others.
   for (const auto& [cmd, settings] : commands) {
@@ -752,6 +826,7 @@ int main(int argc, char** argv) {
   }
   finetune->get_option("--reading-params")->excludes("--resume");
   evaluate_cmd->get_option("--reading-params")->required();
+  recall_cmd->get_option("--reading-params")->required();
 
   std::string error;  // the job prints one rank's error, once (DataParallel::finish)
   const int status = examples::run_main(
@@ -777,13 +852,14 @@ int main(int argc, char** argv) {
         const Options& o = ev;
         if (!o.outputs_path.empty()) {
           attn::train::check_output_file(o.outputs_path, "--outputs-path", false);
-          // london reads the pretraining and vocabulary corpora; evaluate the checkpoint.
+          // london reads the pretraining and vocabulary corpora; evaluate the checkpoint; recall
+          // the checkpoint and the pretraining corpus.
           attn::train::check_not_an_input(
               o.outputs_path, "--outputs-path",
               {{o.eval_corpus, "--eval-corpus"},
-               {*evaluate_cmd ? o.reading_params : o.pretrain_corpus,
-                *evaluate_cmd ? "--reading-params" : "--pretrain-corpus"},
-               {*evaluate_cmd ? std::string() : o.vocabulary_corpus, "--vocabulary-corpus"}});
+               {*evaluate_cmd || *recall_cmd ? o.reading_params : o.vocabulary_corpus,
+                *evaluate_cmd || *recall_cmd ? "--reading-params" : "--vocabulary-corpus"},
+               {*evaluate_cmd ? std::string() : o.pretrain_corpus, "--pretrain-corpus"}});
         }
         if (*evaluate_cmd) {
           const io::Safetensors file = open_checkpoint(o.reading_params);
@@ -795,6 +871,14 @@ int main(int argc, char** argv) {
               attn::value_error, "birthplace: ", o.reading_params, " holds a ", variant,
               " model, not ", o.variant);
           return evaluate(o, file, variant);
+        }
+        if (*recall_cmd) {
+          const io::Safetensors file = open_checkpoint(o.reading_params);
+          examples::about(o.reading_params, [&] {
+            return examples::attention_index(
+                io::metadata_string(file, "variant", o.reading_params));
+          });
+          return recall(o, file);
         }
         const data::CharTokenizer tok = new_vocabulary(o, examples::read_corpus(o.pretrain_corpus));
         const data::QADataset qa(tok, examples::read_corpus(o.eval_corpus), 1 << 20, o.eval_corpus);

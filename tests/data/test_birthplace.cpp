@@ -1,6 +1,7 @@
 // The birth-place data (XCS224N ps5): the PAD/MASK vocabulary, span corruption (lengths, ids,
 // reachable truncations, the 1/4 masked fraction), the QA examples and their targets, greedy
-// answering and exact match, and the predictions file; on small strings and on the real files.
+// answering and exact match, the predictions file, and the recall of the questions' facts in the
+// pretraining format; on small strings and on the real files.
 #include <doctest/doctest.h>
 
 #include <attn/attn.hpp>
@@ -333,6 +334,129 @@ TEST_CASE("greedy answers stop at the next ⁇; exact match; predictions file") 
 
   const std::vector<std::string> preds{"Paris", "New\nYork", "a\\b\tc", ""};
   CHECK(attn::data::predictions_text(preds) == "Paris\nNew\\nYork\na\\\\b\\tc\n\n");
+}
+
+TEST_CASE("fact_prompt: the document that states a subject's fact, the answer masked in it") {
+  const std::string corpus =
+      "Al Bo. Al Bo was born in Paris, France.\n"  // 0: 39 characters
+      "Al Boz. Al Boz was born in Rome.\n"         // 1: "Al Bo" followed by a letter
+      "Cy. Cy left Oslo for Oslo.\n"               // 2: the answer twice after "Cy"
+      "Di. Di was born in Lima.\n"                 // 3: "Lima" ends at character 23
+      "Ed, Constantinople.\n";                     // 4: a masked span that long is never drawn
+  const CharTokenizer tok = attn::data::masked_vocabulary(corpus);
+  const SpanCorruption docs(tok, corpus, 40);  // ⌊7 · 40 / 8⌋ = 35 characters seen of a document
+  const auto prompt = [&](const std::string& subject, const std::string& answer,
+                          const SpanCorruption& c) {
+    return attn::data::fact_prompt(tok, c, ids_of(tok, subject), ids_of(tok, answer));
+  };
+  const auto masked = [&](const std::string& prefix, const std::string& suffix) {
+    std::vector<std::int32_t> ids = ids_of(tok, prefix);
+    ids.push_back(mask_id);
+    for (std::int32_t id : ids_of(tok, suffix)) ids.push_back(id);
+    ids.push_back(mask_id);
+    return ids;
+  };
+
+  auto f = prompt("Al Bo", "Paris", docs);
+  CHECK(f.document == 0);
+  CHECK(f.prompt == masked("Al Bo. Al Bo was born in ", ", Fra"));  // the first 35 characters
+  CHECK(prompt("Al Bo", "Rome", docs).document == -1);              // "Al Boz" is someone else
+  f = prompt("Al Boz", "Rome", docs);
+  CHECK(f.document == 1);
+  CHECK(f.prompt == masked("Al Boz. Al Boz was born in ", "."));
+  CHECK(prompt("Cy", "Oslo", docs).document == -1);  // the suffix would give the answer away
+  f = prompt("Cy", "Cy", docs);                      // after the subject, not in it
+  CHECK(f.document == 2);
+  CHECK(f.prompt == masked("Cy. ", " left Oslo for Oslo."));
+  CHECK(prompt("Di", "Lima", docs).prompt == masked("Di. Di was born in ", "."));
+  const SpanCorruption short_blocks(tok, corpus, 16);  // 14 characters seen: Lima is beyond them
+  CHECK(prompt("Di", "Lima", short_blocks).document == -1);
+  CHECK(prompt("Al Bo", "Paris", short_blocks).document == -1);
+  CHECK(prompt("Ed", "Constantinople", docs).document == -1);  // 2 · 14 >= 19
+  CHECK(prompt("Ed", "C", docs).prompt == masked("Ed, ", "onstantinople."));
+  CHECK(prompt("Fa", "Paris", docs).document == -1);  // nobody's document
+  CHECK(attn::test::message_of([&] { prompt("", "Paris", docs); }) ==
+        "fact_prompt: the subject and the answer must be non-empty");
+
+  CHECK(attn::data::birth_question_subject("Where was Al Bo born?") == "Al Bo");
+  CHECK(attn::data::birth_question_subject("Where was born?").empty());
+  CHECK(attn::data::birth_question_subject("Where is Al Bo?").empty());
+  CHECK(attn::data::birth_question_subject("Where was Al Bo born").empty());
+}
+
+TEST_CASE("recall_facts: each question's fact prompt completed greedily up to □, exact match") {
+  const std::string corpus = "Al Bo. Al Bo was born in Paris.\nCy. Cy was born in Oslo.\n";
+  const CharTokenizer tok = attn::data::masked_vocabulary(corpus + "Where was Zed born?\tRome");
+  const SpanCorruption docs(tok, corpus, 40);
+  const QADataset data(
+      tok, "Where was Al Bo born?\tParis\nWhere was Cy born?\tOslo\nWhere was Zed born?\tRome\n",
+      40, "t");
+  ScriptedModel m;
+  m.vocab = tok.size();
+  m.cfg.block_size = 40;
+  for (std::int32_t id : ids_of(tok, "Paris")) m.script.push_back(id);
+  m.script.push_back(pad_id);  // then the script starts again for the next prompt
+  const auto r = attn::data::recall_facts(m, tok, data, docs, attn::data::birth_question_subject);
+  CHECK(r.total == 3);
+  CHECK(r.probed == 2);    // nobody's document names Zed
+  CHECK(r.recalled == 1);  // "Paris" twice: right for Al Bo, wrong for Cy
+  CHECK(r.completions == std::vector<std::string>{"Paris", "Paris", ""});
+  CHECK(r.was_probed == std::vector<bool>{true, true, false});
+  CHECK(r.was_recalled == std::vector<bool>{true, false, false});
+  // "Al Bo. Al Bo was born in ⁇.⁇" (28 ids) goes in whole, then one id at a time, |Paris| + 1
+  // ids at most (the script's □ ends it); then Cy's 22 and |Oslo| + 1 ids.
+  CHECK(m.prompt_lengths == std::vector<index_t>{28, 1, 1, 1, 1, 1, 22, 1, 1, 1, 1});
+  CHECK(m.training_flag);
+
+  // Without a □ a completion runs for max_tokens, or to the end of the block: 40 − 28 ids.
+  ScriptedModel endless = m;
+  endless.script = {tok.id_of("a")};
+  const auto f = attn::data::fact_prompt(tok, docs, ids_of(tok, "Al Bo"), ids_of(tok, "Paris"));
+  CHECK(attn::data::complete_span_greedily(endless, tok, f.prompt, 3) == "aaa");
+  CHECK(attn::data::complete_span_greedily(endless, tok, f.prompt, 100) == std::string(12, 'a'));
+  CHECK(attn::test::message_of([&] {
+          attn::data::complete_span_greedily(endless, tok, f.prompt, 0);
+        }).find("max_tokens must be >= 1") != std::string::npos);
+
+  // A completion recalls the answer when it begins with it, after at most one space.
+  CHECK(attn::data::recalls("Paris", "Paris"));
+  CHECK(attn::data::recalls(" Paris, Fr", "Paris"));
+  CHECK(attn::data::recalls("Parisi", "Paris"));  // the model goes on with the text after the span
+  CHECK_FALSE(attn::data::recalls("  Paris", "Paris"));
+  CHECK_FALSE(attn::data::recalls("Pari", "Paris"));
+  CHECK_FALSE(attn::data::recalls(" Oslo.", "Paris"));
+}
+
+TEST_CASE("recall_chance_level: the completions dealt to the probed questions at random") {
+  const CharTokenizer tok = attn::data::masked_vocabulary("Where was ABCD born?\tParisOslo. ");
+  const QADataset data(tok,
+                       "Where was A born?\tParis\nWhere was B born?\tOslo\nWhere was C "
+                       "born?\tParis\nWhere was D born?\tOslo\n",
+                       40, "t");
+  attn::data::FactRecall r;
+  r.total = 4;
+  r.completions = {"Paris.", "Paris.", "Oslo. ", ""};
+  r.was_probed = {true, true, true, false};  // D is left out of the dealing
+  r.was_recalled = {true, false, false, false};
+  r.probed = 3;
+  r.recalled = 1;
+  // Completions 0 and 1 recall answers 0 and 2, completion 2 answer 1: 5 of 9 pairs, so 5/3 on
+  // average; every one of the 6 orders gets at least the 1 of the given order (1 or 3).
+  const auto c = attn::data::recall_chance_level(data, r, 2000);
+  CHECK(c.correct == 1);
+  CHECK(c.expected == doctest::Approx(5.0 / 3.0));
+  CHECK(c.p_at_least == 1.0);
+  r.completions = {"Paris.", "Oslo. ", "Oslo. ", ""};  // 2 right, 4 of 9 pairs
+  const auto d = attn::data::recall_chance_level(data, r, 20000);
+  CHECK(d.correct == 2);
+  CHECK(d.expected == doctest::Approx(4.0 / 3.0));
+  // Orders with 2 right (none has 3): completion 0 on answer 0 or 2 and one of the Oslos on
+  // answer 1, 4 of the 6.
+  CHECK(d.p_at_least == doctest::Approx(4.0 / 6.0).epsilon(0.03));
+  r.total = 3;
+  CHECK(attn::test::message_of([&] {
+          attn::data::recall_chance_level(data, r);
+        }).find("recall_chance_level: a recall of 3 questions for 4") == 0);
 }
 
 TEST_CASE("chance_level: mean matches over all orders of the answers, permutation p-value") {

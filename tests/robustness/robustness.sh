@@ -246,6 +246,13 @@ expect 1 "--outputs-path guard/bp/../bp/ft.params is the file --reading-params r
 expect 1 "--outputs-path dev.tsv is the file --eval-corpus reads" -- "$B" london --pretrain-corpus wiki.txt --eval-corpus dev.tsv --outputs-path dev.tsv
 expect 1 "--writing-params wiki.txt is the file --pretrain-corpus reads" -- "$B" pretrain "${tiny_bp[@]}" --writing-params wiki.txt --overwrite
 expect 1 "--writing-params train.tsv is the file --finetune-corpus reads" -- "$B" finetune "${ft[@]}" --writing-params train.tsv --overwrite
+# recall: the questions' facts in the pretraining format, from a pretrained checkpoint.
+expect 0 "Recalled: [0-9]+ out of [0-9]+ probed" -- "$B" recall --reading-params guard/bp/pre.params --pretrain-corpus wiki.txt --eval-corpus dev.tsv --threads 1
+expect 1 "--outputs-path ./wiki.txt is the file --pretrain-corpus reads \(wiki.txt\)" -- "$B" recall --reading-params guard/bp/pre.params --pretrain-corpus wiki.txt --eval-corpus dev.tsv --outputs-path ./wiki.txt
+expect 1 "--outputs-path guard/bp/pre.params is the file --reading-params reads" -- "$B" recall --reading-params guard/bp/pre.params --pretrain-corpus wiki.txt --eval-corpus dev.tsv --outputs-path guard/bp/pre.params
+expect 1 "guard/c/checkpoint.safetensors: not a birthplace checkpoint" -- "$B" recall --reading-params guard/c/checkpoint.safetensors
+expect 1 "tiny.txt: .*is not in the vocabulary" -- "$B" recall --reading-params guard/bp/pre.params --pretrain-corpus tiny.txt --eval-corpus dev.tsv
+expect 2 "--reading-params is required" -- "$B" recall --eval-corpus dev.tsv
 
 # ---- the other examples that take input -------------------------------------------------------
 
